@@ -1,0 +1,3 @@
+from ferry.cli import main
+
+raise SystemExit(main())

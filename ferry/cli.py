@@ -1,0 +1,236 @@
+"""``ferry`` command line: local control planes, the scheduler, virtual nodes, the simulator."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from ferry import log as flog
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported as one line, exit 2."""
+
+
+def _die(message: str, code: int = 1) -> NoReturn:
+    print(f"ferry: error: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def _progress(line: str) -> None:
+    print(f"ferry: {line}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------ binaries
+def cmd_binaries(args: argparse.Namespace) -> int:
+    from ferry import binaries
+
+    try:
+        found = binaries.build(_progress) if args.rebuild else binaries.ensure(_progress)
+    except binaries.BuildError as exc:
+        _die(str(exc))
+    print(found.root)
+    return 0
+
+
+# ------------------------------------------------------------------------ up
+def _positive(name: str, lo: int, hi: int) -> type[int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a whole number, got {text!r}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{name} must be between {lo} and {hi}, got {value}")
+        return value
+
+    parse.__name__ = name
+    return parse  # type: ignore[return-value]
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from ferry import binaries
+    from ferry.cluster.planes import ControlPlanes, Shape, clean_dir, read_state
+    from ferry.cluster.ports import PortInUse
+    from ferry.cluster.process import StartError, pid_alive
+
+    directory = Path(args.dir).resolve()
+    if directory.exists() and not directory.is_dir():
+        _die(f"--dir {directory} exists and is not a folder")
+    state = read_state(directory)
+    if state is not None:
+        pid = state.get("supervisor_pid")
+        if isinstance(pid, int) and pid_alive(pid) and pid != os.getpid():
+            _die(f"{directory} is in use by a running `ferry up` (pid {pid}); run `ferry down --dir {directory}` first")
+    shape = Shape(tenants=args.tenants, gpu_nodes=args.gpu_nodes, gpus_per_node=args.gpus_per_node,
+                  base_port=args.base_port)
+    try:
+        bins = binaries.ensure(_progress)
+    except binaries.BuildError as exc:
+        _die(str(exc))
+
+    if args.detach and not args.supervise:
+        return _detach(args, directory)
+
+    (directory / "logs").mkdir(parents=True, exist_ok=True)
+    clean_dir(directory)
+    flog.configure(json=True, stream=(directory / "logs" / "supervisor.log").open("a", buffering=1))
+    logger = flog.get("ferry.up")
+    planes = ControlPlanes(directory, shape, bins)
+    from ferry.cluster.supervisor import Supervisor
+
+    sup = Supervisor(planes, logger)
+    sup.install_signal_handlers()
+    t0 = time.monotonic()
+    try:
+        planes.prepare()
+        planes.write_state(os.getpid(), ready=False)
+        planes.start(_progress)
+    except (StartError, PortInUse, ValueError) as exc:
+        planes.stop()
+        planes.remove_state()
+        logger.error("start failed", error=str(exc))
+        _die(str(exc))
+    if sup.stopping.is_set():
+        planes.stop()
+        planes.remove_state()
+        return 1
+    elapsed = time.monotonic() - t0
+    logger.info("ready", seconds=round(elapsed, 2))
+    configs = " ".join(str(c.kubeconfig) for c in planes.clusters.values())
+    _progress(f"ready in {elapsed:.1f} s; kubeconfigs: {configs}")
+    sup.run(os.getpid())
+    return 0
+
+
+def _detach(args: argparse.Namespace, directory: Path) -> int:
+    """Start the supervisor in its own session and return once it reports ready (or failed)."""
+    from ferry.cluster.planes import read_state
+
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "logs").mkdir(exist_ok=True)
+    out = directory / "logs" / "up.log"
+    argv = [sys.executable, "-m", "ferry", "up", "--dir", str(directory), "--tenants", str(args.tenants),
+            "--gpu-nodes", str(args.gpu_nodes), "--gpus-per-node", str(args.gpus_per_node), "--supervise"]
+    if args.base_port is not None:
+        argv += ["--base-port", str(args.base_port)]
+    if args.control_plane_only:
+        argv.append("--control-plane-only")
+    with out.open("w") as fh:
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    deadline = time.monotonic() + args.timeout
+    seen = 0
+    while True:
+        code = proc.poll()
+        lines = out.read_text(errors="replace").splitlines()
+        for line in lines[seen:]:
+            print(line, file=sys.stderr, flush=True)
+        seen = len(lines)
+        if code is not None:
+            errors = [ln for ln in lines if ln.startswith("ferry: error:")]
+            if not errors:
+                print(f"ferry: error: supervisor exited with code {code}; see {out}", file=sys.stderr)
+            return 1
+        state = read_state(directory)
+        if state is not None and state.get("ready") is True and state.get("supervisor_pid") == proc.pid:
+            print(f"ferry: up (supervisor pid {proc.pid}); stop with: ferry down --dir {directory}", file=sys.stderr)
+            return 0
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(30)
+            _die(f"not ready after {args.timeout} s; see {out}")
+        time.sleep(0.2)  # waiting on another process's state file
+
+
+# ---------------------------------------------------------------------- down
+def cmd_down(args: argparse.Namespace) -> int:
+    from ferry.cluster.down import down
+
+    directory = Path(args.dir).resolve()
+    return down(directory, _progress)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import json
+
+    from ferry.cluster.planes import read_state
+
+    state = read_state(Path(args.dir).resolve())
+    if state is None:
+        print("not running")
+        return 1
+    print(json.dumps(state, indent=2))
+    return 0
+
+
+# -------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ferry", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("up", help="start local control planes (compute + tenants) and Kube-Ferry")
+    p.add_argument("--dir", required=True, help="folder for state, logs and kubeconfigs")
+    p.add_argument("--tenants", type=_positive("--tenants", 0, 50), default=1)
+    p.add_argument("--gpu-nodes", type=_positive("--gpu-nodes", 0, 10000), default=4)
+    p.add_argument("--gpus-per-node", type=_positive("--gpus-per-node", 1, 64), default=8)
+    p.add_argument("--base-port", type=_positive("--base-port", 1024, 65000), default=None,
+                   help="use consecutive ports from here instead of free ones the kernel picks")
+    p.add_argument("--detach", action="store_true", help="return once ready and leave everything running")
+    p.add_argument("--control-plane-only", action="store_true", help="no scheduler, no virtual nodes")
+    p.add_argument("--timeout", type=_positive("--timeout", 10, 7200), default=900,
+                   help="seconds to wait for readiness with --detach (includes a first build)")
+    p.add_argument("--supervise", action="store_true", help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_up)
+
+    p = sub.add_parser("down", help="stop everything `ferry up` started in DIR")
+    p.add_argument("--dir", required=True)
+    p.set_defaults(func=cmd_down)
+
+    p = sub.add_parser("status", help="print the state of a `ferry up` in DIR")
+    p.add_argument("--dir", required=True)
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("binaries", help="build (or find cached) kube-apiserver, etcd, kwok; print their folder")
+    p.add_argument("--rebuild", action="store_true")
+    p.set_defaults(func=cmd_binaries)
+
+    _register_optional(sub)
+    return parser
+
+
+def _register_optional(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Subcommands owned by other packages register themselves here."""
+    from importlib import import_module
+
+    for module in ("scheduler.sim.cli", "scheduler.service.cli", "vnode.cli"):
+        try:
+            mod = import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name and module.startswith(exc.name):
+                continue
+            raise
+        mod.register(sub)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+def kubectl_plugin() -> int:
+    """``kubectl ferry ...`` is ``ferry ...``."""
+    return main(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,54 @@
+"""Manifests of simulated GPU nodes (kwok-managed), with a GPU model and topology description."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+GPU_RESOURCE = "nvidia.com/gpu"
+MODEL_LABEL = "kubeferry.io/gpu-model"
+DOMAIN_LABEL = "kubeferry.io/topology-domain"
+TOPOLOGY_ANNOTATION = "kubeferry.io/gpu-topology"
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+NODES_PER_DOMAIN = 8
+
+
+def nvlink_groups(gpus: int) -> list[list[int]]:
+    """GPUs linked in groups of four (two NVLink islands on an 8-GPU board); fewer GPUs form one group."""
+    size = 4 if gpus >= 8 and gpus % 4 == 0 else gpus
+    return [list(range(i, min(i + size, gpus))) for i in range(0, gpus, size)] if gpus else []
+
+
+def gpu_node(index: int, gpus: int, model: str = "A100-SXM4-80GB") -> dict[str, Any]:
+    name = f"gpu-node-{index:04d}"
+    resources = {
+        "cpu": "64",
+        "memory": "512Gi",
+        "pods": "110",
+        "ephemeral-storage": "1Ti",
+        GPU_RESOURCE: str(gpus),
+    }
+    topology = {"model": model, "devices": gpus, "nvlinkGroups": nvlink_groups(gpus)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+                "nvidia.com/gpu.present": "true",
+                MODEL_LABEL: model,
+                DOMAIN_LABEL: f"rack-{index // NODES_PER_DOMAIN:03d}",
+            },
+            "annotations": {
+                KWOK_ANNOTATION: "fake",
+                "node.alpha.kubernetes.io/ttl": "0",
+                TOPOLOGY_ANNOTATION: json.dumps(topology, separators=(",", ":")),
+            },
+        },
+        "spec": {},
+        "status": {"capacity": dict(resources), "allocatable": dict(resources)},
+    }

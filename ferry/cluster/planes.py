@@ -1,0 +1,351 @@
+"""Local control planes: one shared etcd, one compute cluster with kwok GPU nodes, N tenant clusters.
+
+Everything binds to 127.0.0.1 and lives under one folder. The layout (ports, certificates,
+kubeconfigs, command lines) is decided once by :meth:`ControlPlanes.prepare`; components can then
+be started, stopped, killed and restarted one by one, which fault tests rely on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from ferry.binaries import Binaries
+from ferry.cluster import bootstrap, kubeconfig, pki
+from ferry.cluster.ports import PortAllocator
+from ferry.cluster.process import (
+    Component,
+    ComponentSpec,
+    StartError,
+    http_probe,
+    https_probe,
+    insecure_https_probe,
+)
+
+COMPUTE = "compute"
+STATE_FILE = "state.json"
+ALWAYS_ALLOW = "/healthz,/readyz,/livez,/metrics"
+
+
+def tenant_name(i: int) -> str:
+    return f"tenant-{i}"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the user asked for."""
+
+    tenants: int = 1
+    gpu_nodes: int = 4
+    gpus_per_node: int = 8
+    base_port: int | None = None
+
+    def validate(self) -> None:
+        if not 0 <= self.tenants <= 50:
+            raise ValueError(f"--tenants must be between 0 and 50, got {self.tenants}")
+        if not 0 <= self.gpu_nodes <= 10000:
+            raise ValueError(f"--gpu-nodes must be between 0 and 10000, got {self.gpu_nodes}")
+        if not 1 <= self.gpus_per_node <= 64:
+            raise ValueError(f"--gpus-per-node must be between 1 and 64, got {self.gpus_per_node}")
+        if self.base_port is not None and not 1024 <= self.base_port <= 65000:
+            raise ValueError(f"--base-port must be between 1024 and 65000, got {self.base_port}")
+
+
+@dataclass
+class ClusterInfo:
+    """One Kubernetes cluster of the set: where it listens and how to reach it as admin."""
+
+    name: str
+    apiserver_port: int
+    pki: Path
+    kubeconfig: Path
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.apiserver_port}"
+
+
+Progress = Callable[[str], None]
+
+
+class ControlPlanes:
+    def __init__(self, directory: Path, shape: Shape, binaries: Binaries) -> None:
+        self.dir = directory.resolve()
+        self.shape = shape
+        self.bin = binaries
+        self.clusters: dict[str, ClusterInfo] = {}
+        self.components: dict[str, Component] = {}
+        self._phases: list[list[str]] = []
+
+    # ---------------------------------------------------------------- layout
+    @property
+    def tenant_names(self) -> list[str]:
+        return [tenant_name(i) for i in range(1, self.shape.tenants + 1)]
+
+    def kubeconfig(self, cluster: str) -> Path:
+        return self.clusters[cluster].kubeconfig
+
+    def prepare(self) -> None:
+        """Allocate ports, write certificates, kubeconfigs and configs; build component specs."""
+        self.shape.validate()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "logs").mkdir(exist_ok=True)
+        ports = PortAllocator(self.shape.base_port)
+        try:
+            etcd_client, etcd_peer = ports.take("etcd client"), ports.take("etcd peer")
+            etcd_url = f"http://127.0.0.1:{etcd_client}"
+            self._add(0, self._etcd_spec(etcd_client, etcd_peer))
+            for name in [COMPUTE, *self.tenant_names]:
+                info = self._make_cluster(name, ports.take(f"{name} apiserver"))
+                self._add(1, self._apiserver_spec(info, etcd_url))
+                self._add(2, self._kcm_spec(info, ports.take(f"{name} controller-manager")))
+                if name != COMPUTE:
+                    self._add(2, self._scheduler_spec(info, ports.take(f"{name} kube-scheduler")))
+            self._add(2, self._kwok_spec(self.clusters[COMPUTE], ports.take("kwok kubelet API")))
+        finally:
+            ports.release()
+
+    def _add(self, phase: int, spec: ComponentSpec) -> None:
+        while len(self._phases) <= phase:
+            self._phases.append([])
+        self._phases[phase].append(spec.name)
+        self.components[spec.name] = Component(spec)
+
+    def _make_cluster(self, name: str, port: int) -> ClusterInfo:
+        folder = self.dir / name / "pki"
+        ca = pki.CertificateAuthority(folder, f"kube-ferry-{name}-ca")
+        ca.issue(
+            "apiserver", "kube-apiserver", server=True,
+            dns=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                 "kubernetes.default.svc.cluster.local"),
+            ips=("127.0.0.1", "10.96.0.1"),
+        )
+        ca.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client", orgs=("system:masters",), client=True)
+        admin = ca.issue("admin", "kubernetes-admin", orgs=("system:masters",), client=True)
+        kcm = ca.issue("controller-manager", "system:kube-controller-manager", client=True)
+        pki.service_account_keys(folder)
+        server = f"https://127.0.0.1:{port}"
+        info = ClusterInfo(name, port, folder, self.dir / f"{name}.kubeconfig")
+        kubeconfig.write(info.kubeconfig, cluster=name, server=server, ca=ca.cert_path,
+                         cert=admin.cert, key=admin.key, user=f"{name}-admin")
+        kubeconfig.write(folder / "controller-manager.kubeconfig", cluster=name, server=server,
+                         ca=ca.cert_path, cert=kcm.cert, key=kcm.key, user="system:kube-controller-manager")
+        if name == COMPUTE:
+            ca.issue("kwok-serving", "kwok", server=True, dns=("localhost",), ips=("127.0.0.1",))
+            # kwok manages nodes and pods: status, leases and events across the cluster.
+            kw = ca.issue("kwok", "kwok-controller", orgs=("system:masters",), client=True)
+            kubeconfig.write(folder / "kwok.kubeconfig", cluster=name, server=server,
+                             ca=ca.cert_path, cert=kw.cert, key=kw.key, user="kwok-controller")
+        else:
+            sched = ca.issue("scheduler", "system:kube-scheduler", client=True)
+            kubeconfig.write(folder / "scheduler.kubeconfig", cluster=name, server=server,
+                             ca=ca.cert_path, cert=sched.cert, key=sched.key, user="system:kube-scheduler")
+        self.clusters[name] = info
+        return info
+
+    def _log(self, component: str) -> Path:
+        return self.dir / "logs" / f"{component}.log"
+
+    def _etcd_spec(self, client_port: int, peer_port: int) -> ComponentSpec:
+        client_url, peer_url = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
+        return ComponentSpec(
+            name="etcd",
+            argv=[
+                str(self.bin.path("etcd")), "--name=ferry", f"--data-dir={self.dir / 'etcd'}",
+                f"--listen-client-urls={client_url}", f"--advertise-client-urls={client_url}",
+                f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=ferry={peer_url}", "--unsafe-no-fsync=true",
+                "--auto-compaction-mode=periodic", "--auto-compaction-retention=5m",
+                "--quota-backend-bytes=8589934592", "--log-level=warn",
+            ],
+            log=self._log("etcd"),
+            probe=http_probe("127.0.0.1", client_port, "/health"),
+            ports=(client_port, peer_port),
+        )
+
+    def _apiserver_spec(self, info: ClusterInfo, etcd_url: str) -> ComponentSpec:
+        p = info.pki
+        return ComponentSpec(
+            name=f"{info.name}-apiserver",
+            argv=[
+                str(self.bin.path("kube-apiserver")),
+                f"--etcd-servers={etcd_url}", f"--etcd-prefix=/kube-ferry/{info.name}",
+                "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+                f"--secure-port={info.apiserver_port}",
+                f"--tls-cert-file={p / 'apiserver.crt'}", f"--tls-private-key-file={p / 'apiserver.key'}",
+                f"--client-ca-file={p / 'ca.crt'}",
+                f"--kubelet-client-certificate={p / 'apiserver-kubelet-client.crt'}",
+                f"--kubelet-client-key={p / 'apiserver-kubelet-client.key'}",
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
+                f"--service-account-issuer={info.server}",
+                f"--service-account-key-file={p / 'sa.pub'}",
+                f"--service-account-signing-key-file={p / 'sa.key'}",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                "--authorization-mode=Node,RBAC",
+                "--endpoint-reconciler-type=none",
+                "--allow-privileged=true",
+                "--profiling=false",
+                f"--cert-dir={self.dir / info.name / 'certs'}",
+                "--max-requests-inflight=1000", "--max-mutating-requests-inflight=500",
+            ],
+            log=self._log(f"{info.name}-apiserver"),
+            probe=https_probe(f"{info.server}/readyz", p / "ca.crt", p / "admin.crt", p / "admin.key"),
+            ports=(info.apiserver_port,),
+            ready_timeout=120,
+        )
+
+    def _kcm_spec(self, info: ClusterInfo, port: int) -> ComponentSpec:
+        p = info.pki
+        kc = p / "controller-manager.kubeconfig"
+        return ComponentSpec(
+            name=f"{info.name}-controller-manager",
+            argv=[
+                str(self.bin.path("kube-controller-manager")),
+                f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
+                "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={port}",
+                f"--authorization-always-allow-paths={ALWAYS_ALLOW}",
+                f"--service-account-private-key-file={p / 'sa.key'}", f"--root-ca-file={p / 'ca.crt'}",
+                "--use-service-account-credentials=true",
+                f"--cert-dir={self.dir / info.name / 'certs'}",
+                "--kube-api-qps=200", "--kube-api-burst=400",
+                "--concurrent-job-syncs=20",
+            ],
+            log=self._log(f"{info.name}-controller-manager"),
+            probe=insecure_https_probe("127.0.0.1", port, "/healthz"),
+            ports=(port,),
+        )
+
+    def _scheduler_spec(self, info: ClusterInfo, port: int) -> ComponentSpec:
+        kc = info.pki / "scheduler.kubeconfig"
+        return ComponentSpec(
+            name=f"{info.name}-kube-scheduler",
+            argv=[
+                str(self.bin.path("kube-scheduler")),
+                f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
+                "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={port}",
+                f"--authorization-always-allow-paths={ALWAYS_ALLOW}",
+                f"--cert-dir={self.dir / info.name / 'certs'}",
+            ],
+            log=self._log(f"{info.name}-kube-scheduler"),
+            probe=insecure_https_probe("127.0.0.1", port, "/healthz"),
+            ports=(port,),
+        )
+
+    def _kwok_spec(self, info: ClusterInfo, port: int) -> ComponentSpec:
+        stages = self.dir / COMPUTE / "kwok-stages.yaml"
+        stages.write_text(resources.files("ferry.cluster").joinpath("stages/kwok-stages.yaml").read_text())
+        p = info.pki
+        return ComponentSpec(
+            name=f"{COMPUTE}-kwok",
+            argv=[
+                str(self.bin.path("kwok")),
+                f"--kubeconfig={p / 'kwok.kubeconfig'}", f"--config={stages}",
+                "--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                "--manage-nodes-with-label-selector=", "--manage-single-node=",
+                "--cidr=10.128.0.0/12", "--node-ip=127.0.0.1", "--node-lease-duration-seconds=40",
+                f"--server-address=127.0.0.1:{port}", f"--node-port={port}",
+                f"--tls-cert-file={p / 'kwok-serving.crt'}", f"--tls-private-key-file={p / 'kwok-serving.key'}",
+            ],
+            log=self._log(f"{COMPUTE}-kwok"),
+            probe=insecure_https_probe("127.0.0.1", port, "/healthz"),
+            ports=(port,),
+        )
+
+    # ------------------------------------------------------------- lifecycle
+    def add_component(self, spec: ComponentSpec, after_bootstrap: bool = True) -> Component:
+        """Register an extra process (scheduler, vnode) started after the control planes."""
+        phase = 3 if after_bootstrap else 2
+        self._add(phase, spec)
+        return self.components[spec.name]
+
+    def start(self, progress: Progress = lambda _: None) -> None:
+        """Start every component phase by phase, then create GPU nodes and wait for readiness.
+        On any failure everything started so far is stopped and StartError is raised."""
+        try:
+            for i, phase in enumerate(self._phases):
+                if i == 3:
+                    self._bootstrap(progress)
+                self._start_many(phase, progress)
+            if len(self._phases) <= 3:
+                self._bootstrap(progress)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_many(self, names: Iterable[str], progress: Progress) -> None:
+        comps = [self.components[n] for n in names]
+        for c in comps:
+            c.start()
+        for c in comps:
+            c.wait_ready()
+            progress(f"{c.name} ready (pid {c.pid})")
+
+    def _bootstrap(self, progress: Progress) -> None:
+        compute = self.clusters[COMPUTE].kubeconfig
+        t0 = time.monotonic()
+
+        async def run() -> None:
+            await bootstrap.create_gpu_nodes(compute, self.shape.gpu_nodes, self.shape.gpus_per_node)
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(bootstrap.wait_nodes_ready(compute, self.shape.gpu_nodes, timeout=120))
+                for name in [COMPUTE, *self.tenant_names]:
+                    tg.create_task(bootstrap.wait_service_account(self.kubeconfig(name), "default", timeout=120))
+
+        try:
+            asyncio.run(run())
+        except* TimeoutError as eg:
+            raise StartError(str(eg.exceptions[0])) from None
+        progress(f"{self.shape.gpu_nodes} GPU nodes Ready, service accounts present ({time.monotonic() - t0:.1f} s)")
+
+    def stop(self) -> None:
+        """Stop everything, last-started first."""
+        for phase in reversed(self._phases):
+            for name in reversed(phase):
+                self.components[name].stop()
+
+    def pids(self) -> dict[str, int]:
+        return {n: c.pid for n, c in self.components.items() if c.pid is not None and c.alive()}
+
+    def write_state(self, supervisor_pid: int, ready: bool) -> None:
+        state = {
+            "supervisor_pid": supervisor_pid,
+            "ready": ready,
+            "shape": self.shape.__dict__,
+            "clusters": {n: {"server": c.server, "kubeconfig": str(c.kubeconfig)} for n, c in self.clusters.items()},
+            "components": {
+                n: {"pid": c.pid, "alive": c.alive(), "starts": c.starts, "log": str(c.spec.log),
+                    "ports": list(c.spec.ports)}
+                for n, c in self.components.items()
+            },
+        }
+        tmp = self.dir / (STATE_FILE + ".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        os.replace(tmp, self.dir / STATE_FILE)
+
+    def remove_state(self) -> None:
+        (self.dir / STATE_FILE).unlink(missing_ok=True)
+
+
+def read_state(directory: Path) -> dict[str, object] | None:
+    try:
+        data: dict[str, object] = json.loads((directory / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data
+
+
+def clean_dir(directory: Path) -> None:
+    """Remove what a previous run left (state, etcd data) but keep logs for post-mortems."""
+    for child in ("etcd", STATE_FILE):
+        path = directory / child
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)

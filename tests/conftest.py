@@ -1,0 +1,75 @@
+"""Shared fixtures: one set of real control planes per test session, fresh namespaces per test."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes_asyncio import client
+
+from ferry import binaries as ferry_binaries
+from ferry.cluster.planes import ControlPlanes, Shape
+from tests.helpers import api_client
+
+SESSION_GPU_NODES = int(os.environ.get("FERRY_TEST_GPU_NODES", "100"))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "integration" in Path(str(item.fspath)).parts:
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def binaries() -> ferry_binaries.Binaries:
+    return ferry_binaries.ensure()
+
+
+@pytest.fixture(scope="session")
+def planes(tmp_path_factory: pytest.TempPathFactory, binaries: ferry_binaries.Binaries) -> Iterator[ControlPlanes]:
+    """Compute cluster with 100 kwok GPU nodes × 8 GPUs and two tenant clusters, for the whole session."""
+    directory = tmp_path_factory.mktemp("planes")
+    cp = ControlPlanes(directory, Shape(tenants=2, gpu_nodes=SESSION_GPU_NODES, gpus_per_node=8), binaries)
+    cp.prepare()
+    cp.start()
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+@pytest.fixture
+async def compute_api(planes: ControlPlanes) -> AsyncIterator[client.ApiClient]:
+    async with api_client(planes.kubeconfig("compute")) as api:
+        yield api
+
+
+@pytest.fixture
+async def tenant_api(planes: ControlPlanes) -> AsyncIterator[client.ApiClient]:
+    async with api_client(planes.kubeconfig("tenant-1")) as api:
+        yield api
+
+
+async def _fresh_namespace(api: client.ApiClient) -> AsyncIterator[str]:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    core = client.CoreV1Api(api)
+    await core.create_namespace({"metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        await core.delete_namespace(name)
+
+
+@pytest.fixture
+async def compute_ns(compute_api: client.ApiClient) -> AsyncIterator[str]:
+    async for ns in _fresh_namespace(compute_api):
+        yield ns
+
+
+@pytest.fixture
+async def tenant_ns(tenant_api: client.ApiClient) -> AsyncIterator[str]:
+    async for ns in _fresh_namespace(tenant_api):
+        yield ns

@@ -1,0 +1,64 @@
+"""Test helpers: waiting on conditions with deadlines, API clients, kubectl."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import subprocess
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TypeVar
+
+from kubernetes_asyncio import client, config
+
+T = TypeVar("T")
+
+
+async def eventually(
+    check: Callable[[], Awaitable[T | None] | T | None], timeout: float = 30.0, interval: float = 0.2,
+    what: str = "condition",
+) -> T:
+    """Poll ``check`` until it returns a truthy value; fail with the last value after ``timeout`` s."""
+    end = time.monotonic() + timeout
+    last: object = None
+    while True:
+        result = check()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return result  # type: ignore[return-value]
+        last = result
+        if time.monotonic() > end:
+            raise AssertionError(f"{what} not reached within {timeout} s (last: {last!r})")
+        await asyncio.sleep(interval)
+
+
+def wait_sync(check: Callable[[], T | None], timeout: float = 30.0, what: str = "condition") -> T:
+    end = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > end:
+            raise AssertionError(f"{what} not reached within {timeout} s (last: {result!r})")
+        time.sleep(0.1)
+
+
+@asynccontextmanager
+async def api_client(kubeconfig: Path) -> AsyncIterator[client.ApiClient]:
+    api = await config.new_client_from_config(config_file=str(kubeconfig))
+    try:
+        yield api
+    finally:
+        await api.close()
+
+
+def kubectl(binary: Path, kubeconfig: Path, *args: str, check: bool = True,
+            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    res = subprocess.run([str(binary), f"--kubeconfig={kubeconfig}", *args], capture_output=True, text=True,
+                         timeout=timeout, check=False)
+    if check and res.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)} failed: {res.stderr.strip()}")
+    return res
