@@ -1,0 +1,69 @@
+"""What a scheduling cycle decides. Adapters turn these into API writes; simulators apply them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    job: str
+    task: str
+    index: int
+    node: str
+    devices: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NotifyWillEvict:
+    """Tell a victim it will be evicted at ``deadline`` so it can checkpoint."""
+
+    job: str
+    deadline: float
+    preemptor: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class CancelEviction:
+    job: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Evict:
+    """Evict every replica of the job (whole-job preemption)."""
+
+    job: str
+    reason: str
+    replicas: tuple[tuple[str, int, str], ...]  # (task, index, node) that were running
+
+
+@dataclass(frozen=True, slots=True)
+class Shrink:
+    """Stop some replicas of an elastic job above its minimum."""
+
+    job: str
+    replicas: tuple[tuple[str, int, str], ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    job: str
+    phase: str
+    reason: str
+
+
+Decision = Bind | NotifyWillEvict | CancelEviction | Evict | Shrink | JobStatus
+
+
+@dataclass
+class CycleResult:
+    decisions: list[Decision] = field(default_factory=list)
+    pending_reasons: dict[str, str] = field(default_factory=dict)
+    placed_jobs: int = 0
+    attempts: int = 0
+
+    def of(self, kind: type) -> list[Decision]:
+        return [d for d in self.decisions if isinstance(d, kind)]

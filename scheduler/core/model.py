@@ -1,0 +1,244 @@
+"""What the scheduling core reasons about: nodes with GPU devices, queues, jobs of tasks of replicas.
+
+Plain data, no I/O and no Kubernetes types: the service adapter and the simulators translate into
+these. Quantities are integers (CPU and GPU in milli, memory in MiB) so accounting sums exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+
+GPU_MILLI = 1000
+
+
+class Tier(IntEnum):
+    """Elastic jobs soak up idle GPUs and are the first victims; guaranteed jobs run on their queue's share."""
+
+    ELASTIC = 0
+    GUARANTEED = 1
+
+
+class JobPhase(StrEnum):
+    PENDING = "Pending"
+    PRIVILEGED = "Privileged"  # a preemptor holding its victims' capacity until they are gone
+    RUNNING = "Running"
+    WILL_EVICT = "WillEvict"  # a victim told to checkpoint; evicted at its deadline unless cancelled
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    EVICTED = "Evicted"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.EVICTED)
+
+    @property
+    def holds_resources(self) -> bool:
+        return self in (JobPhase.RUNNING, JobPhase.WILL_EVICT)
+
+
+class ReplicaPhase(StrEnum):
+    PENDING = "Pending"
+    BOUND = "Bound"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    EVICTED = "Evicted"
+
+
+class OnReplicaFailure(StrEnum):
+    RESTART_TASK = "RestartTask"
+    ABORT_JOB = "AbortJob"
+    IGNORE = "Ignore"
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What one replica needs. ``gpus`` whole devices of ``gpu_milli`` each; a share is gpus=1, milli<1000."""
+
+    cpu_milli: int = 0
+    mem_mib: int = 0
+    gpus: int = 0
+    gpu_milli: int = GPU_MILLI
+    models: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if self.cpu_milli < 0 or self.mem_mib < 0 or self.gpus < 0:
+            raise ValueError(f"negative request {self}")
+        if not 0 < self.gpu_milli <= GPU_MILLI:
+            raise ValueError(f"gpu_milli must be in 1..{GPU_MILLI}, got {self.gpu_milli}")
+        if self.gpus > 1 and self.gpu_milli != GPU_MILLI:
+            raise ValueError("a share of a GPU (gpu_milli < 1000) is for one GPU only")
+
+    @property
+    def gpu_total(self) -> int:
+        """GPU milli this replica occupies."""
+        return self.gpus * self.gpu_milli
+
+    @property
+    def is_share(self) -> bool:
+        return self.gpus == 1 and self.gpu_milli < GPU_MILLI
+
+
+@dataclass(slots=True)
+class Device:
+    index: int
+    free: int = GPU_MILLI
+    group: int = 0  # GPUs with fast links between them share a group
+
+
+@dataclass(slots=True)
+class Node:
+    name: str
+    cpu_milli: int
+    mem_mib: int
+    devices: list[Device]
+    max_pods: int = 110
+    model: str = ""
+    domain: str = ""  # topology domain across nodes (rack / switch)
+    schedulable: bool = True
+    used_cpu: int = 0
+    used_mem: int = 0
+    pods: int = 0
+
+    @property
+    def free_cpu(self) -> int:
+        return self.cpu_milli - self.used_cpu
+
+    @property
+    def free_mem(self) -> int:
+        return self.mem_mib - self.used_mem
+
+    @property
+    def free_whole(self) -> int:
+        return sum(1 for d in self.devices if d.free == GPU_MILLI)
+
+    @property
+    def free_gpu_milli(self) -> int:
+        return sum(d.free for d in self.devices)
+
+    @property
+    def gpu_capacity(self) -> int:
+        return len(self.devices) * GPU_MILLI
+
+
+@dataclass
+class QueueRights:
+    """What a queue's jobs may do to others'."""
+
+    preempt_own_elastic: bool = True  # guaranteed jobs may evict this queue's elastic jobs
+    reclaim: bool = True  # may take back lent capacity (borrowed jobs of other queues) up to the guarantee
+    privileged: bool = False  # may preempt lower-tier jobs of any queue even beyond its guarantee
+
+
+@dataclass
+class Queue:
+    name: str
+    guaranteed_gpu: int = 0  # milli
+    max_gpu: int | None = None  # milli; None: no cap
+    weight: float = 1.0
+    rights: QueueRights = field(default_factory=QueueRights)
+    preemptor_delay_s: float = 0.0  # a preemptor waits this long for capacity before evicting anyone
+    victim_grace_s: float = 30.0  # a victim gets this long to checkpoint
+    allocated_gpu: int = 0  # milli, kept by the core's accounting
+
+    def over_guarantee(self, extra: int = 0) -> bool:
+        return self.allocated_gpu + extra > self.guaranteed_gpu
+
+
+@dataclass(slots=True)
+class Replica:
+    task: str
+    index: int
+    phase: ReplicaPhase = ReplicaPhase.PENDING
+    node: str | None = None
+    devices: tuple[int, ...] = ()
+    restarts: int = 0
+
+
+@dataclass
+class Task:
+    name: str
+    replicas: int
+    request: Request
+    min_available: int | None = None  # None: all replicas
+    on_failure: OnReplicaFailure = OnReplicaFailure.ABORT_JOB
+
+    @property
+    def minimum(self) -> int:
+        return self.replicas if self.min_available is None else self.min_available
+
+
+@dataclass
+class Job:
+    """A gang: scheduled all-or-nothing for ``min_member`` replicas (default: every task's minimum)."""
+
+    name: str
+    queue: str
+    tasks: list[Task]
+    submit_time: float = 0.0
+    tier: Tier = Tier.GUARANTEED
+    priority: int = 0
+    min_member: int | None = None
+    elastic_max: int | None = None  # elastic jobs may grow their last task up to this many replicas
+    main_task: str | None = None  # its success completes the job and stops the rest
+    phase: JobPhase = JobPhase.PENDING
+    replicas: list[Replica] = field(default_factory=list)
+    start_time: float | None = None
+    will_evict_deadline: float | None = None
+    will_evict_by: str | None = None  # the preemptor
+    privileged_since: float | None = None
+    last_victim_cycle: int = -10
+    last_victim_at: float = float("-inf")
+    evictions: int = 0
+    reason: str = ""
+    reserved_nodes: tuple[str, ...] = ()
+    bypassed: bool = False  # a smaller job started while this one could not: backfill may starve it
+    _tasks_cache: dict[str, Task] | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.replicas:
+            self.replicas = [Replica(t.name, i) for t in self.tasks for i in range(t.replicas)]
+
+    @property
+    def task_by_name(self) -> dict[str, Task]:
+        cached = self._tasks_cache
+        if cached is None or len(cached) != len(self.tasks):
+            cached = self._tasks_cache = {t.name: t for t in self.tasks}
+        return cached
+
+    @property
+    def gang_size(self) -> int:
+        return self.min_member if self.min_member is not None else sum(t.minimum for t in self.tasks)
+
+    def bound(self) -> list[Replica]:
+        return [r for r in self.replicas if r.phase is ReplicaPhase.BOUND]
+
+    def pending(self) -> list[Replica]:
+        return [r for r in self.replicas if r.phase is ReplicaPhase.PENDING]
+
+    def gpu_demand(self) -> int:
+        """GPU milli of the replicas still pending."""
+        tasks = self.task_by_name
+        return sum(tasks[r.task].request.gpu_total for r in self.replicas if r.phase is ReplicaPhase.PENDING)
+
+    def gpu_allocated(self) -> int:
+        tasks = self.task_by_name
+        return sum(tasks[r.task].request.gpu_total for r in self.replicas if r.phase is ReplicaPhase.BOUND)
+
+    def min_gpu(self) -> int:
+        tasks = self.task_by_name
+        return sum(tasks[r.task].request.gpu_total for r in self.replicas[: self.gang_size])
+
+
+@dataclass
+class Cluster:
+    """The state a cycle works on. The core keeps node and queue accounting in step with replicas."""
+
+    nodes: dict[str, Node]
+    queues: dict[str, Queue]
+    jobs: dict[str, Job] = field(default_factory=dict)
+    now: float = 0.0
+
+    @property
+    def gpu_capacity(self) -> int:
+        return sum(n.gpu_capacity for n in self.nodes.values() if n.schedulable)

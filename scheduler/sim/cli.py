@@ -1,0 +1,112 @@
+"""``ferry simulate``: replay traces through the scheduling core and its baselines."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from scheduler.sim.traces import Problems, TraceError
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("simulate", help="replay GPU cluster traces through the scheduler and baselines")
+    kinds = p.add_subparsers(dest="trace", required=True, metavar="TRACE")
+
+    o = kinds.add_parser("openb", help="FGD's GPU-sharing allocation experiment (Alibaba openb traces)")
+    o.add_argument("--pods", type=Path, required=True)
+    o.add_argument("--nodes", type=Path, required=True)
+    o.add_argument("--policy", choices=("random", "bestfit", "gpupacking", "fgd", "ferry"), default="ferry")
+    o.add_argument("--seed", type=int, default=42)
+    o.add_argument("--json", action="store_true", help="print the result as JSON")
+    o.add_argument("--strict", action="store_true", help="stop at the first bad row instead of skipping it")
+    o.set_defaults(func=run_openb)
+
+    h = kinds.add_parser("philly", help="job-level replay of the Microsoft Philly trace with tenant queues")
+    h.add_argument("--jobs", type=Path, required=True)
+    h.add_argument("--vc-nodes", type=Path, required=True)
+    h.add_argument("--nodes", type=int, default=96)
+    h.add_argument("--gpus-per-node", type=int, default=8)
+    h.add_argument("--policy", choices=("ferry", "fifo", "volcano"), default="ferry")
+    h.add_argument("--json", action="store_true")
+    h.add_argument("--plot", type=Path, help="write a PNG: utilization and queue over time, waits per tenant")
+    h.add_argument("--strict", action="store_true")
+    h.set_defaults(func=run_philly)
+
+
+def _report(problems: Problems) -> None:
+    for err in problems.errors[:20]:
+        print(f"ferry: skipped row {err}", file=sys.stderr)
+    if len(problems.errors) > 20:
+        print(f"ferry: ... and {len(problems.errors) - 20} more bad rows", file=sys.stderr)
+    if problems.errors:
+        print(f"ferry: {len(problems.errors)} bad row(s) skipped", file=sys.stderr)
+
+
+def _fail(message: str) -> int:
+    print(f"ferry: error: {message}", file=sys.stderr)
+    return 1
+
+
+def run_openb(args: argparse.Namespace) -> int:
+    from scheduler.sim import openb
+
+    problems = Problems([])
+    try:
+        nodes = openb.load_nodes(args.nodes, problems, args.strict)
+        pods = openb.load_pods(args.pods, problems, args.strict)
+        _report(problems)
+        t0 = time.monotonic()
+        res = openb.run(nodes, pods, args.policy, args.seed)
+    except (TraceError, ValueError) as exc:
+        return _fail(str(exc))
+    out: dict[str, Any] = {
+        "trace": "openb", "policy": res.policy, "seed": res.seed, "pods": res.pods, "failed_pods": res.failed,
+        "gpu_allocation_ratio": res.gpu_allocation_ratio, "curve": res.curve,
+        "bad_rows": len(problems.errors), "seconds": round(time.monotonic() - t0, 2),
+    }
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"{res.policy} seed {res.seed}: GPU allocation ratio {res.gpu_allocation_ratio}% at 130% arrived "
+              f"({res.pods} pods, {res.failed} unplaced)")
+    return 0
+
+
+def run_philly(args: argparse.Namespace) -> int:
+    from scheduler.sim import philly
+
+    if args.nodes < 1 or args.gpus_per_node < 1:
+        return _fail("--nodes and --gpus-per-node must be positive")
+    problems = Problems([])
+    notes: list[str] = []
+    try:
+        jobs = philly.load_jobs(args.jobs, problems, args.strict)
+        vc = philly.load_vc_nodes(args.vc_nodes, problems, args.strict)
+        _report(problems)
+        if not jobs:
+            return _fail(f"{args.jobs}: no usable jobs")
+        t0 = time.monotonic()
+        res = philly.simulate(jobs, vc, args.policy, args.nodes, args.gpus_per_node,
+                              progress=lambda s: print(f"ferry: {s}", file=sys.stderr, flush=True), notes=notes)
+    except (TraceError, ValueError) as exc:
+        return _fail(str(exc))
+    for note in notes[:20]:
+        print(f"ferry: note: {note}", file=sys.stderr)
+    metrics = dict(res.metrics)
+    metrics["bad_rows"] = len(problems.errors)
+    metrics["seconds"] = round(time.monotonic() - t0, 1)
+    if args.plot:
+        from scheduler.sim.plot import plot_philly
+
+        plot_philly(res, args.plot)
+    if args.json:
+        print(json.dumps(metrics))
+    else:
+        keys = ("avg_wait_s", "p50_wait_s", "p99_wait_s", "max_wait_s", "avg_jct_s", "gpu_utilization",
+                "jain_fairness", "preemptions", "wasted_gpu_s")
+        print(" ".join(f"{k}={metrics[k]}" for k in keys))
+    return 0

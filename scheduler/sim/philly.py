@@ -1,0 +1,327 @@
+"""Event-driven replay of the Microsoft Philly trace through the scheduling core.
+
+Virtual clusters are tenants: each gets a queue whose guarantee is proportional to its node count
+in the VC file (scaled to the simulated cluster). A job of up to 8 GPUs is one pod on one node; a
+bigger one is a gang of 8-GPU pods. Jobs run for their traced duration once every member is bound.
+A preempted job checkpoints when told (its grace period's work is lost) and is resubmitted with
+what remains.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from scheduler.core.decisions import Evict, JobStatus, NotifyWillEvict
+from scheduler.core.model import Cluster, Device, Job, JobPhase, Node, Queue, Request, Task
+from scheduler.core.scheduler import Scheduler, SchedulerConfig
+from scheduler.sim.baselines import VolcanoLike, fifo
+from scheduler.sim.traces import Problems, TraceError, load, parse_int
+
+POLICIES = ("ferry", "fifo", "volcano")
+PREEMPTOR_DELAY_S = 300.0  # a tenant below its guarantee waits this long for capacity before reclaiming
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    submit: float
+    duration: float
+    gpus: int
+    tenant: str
+
+
+def _timestamp(text: str) -> float:
+    text = text.strip()
+    if not text:
+        raise ValueError("timestamp is missing")
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        raise ValueError(f"timestamp={text!r} is neither seconds nor an ISO date") from None
+
+
+def _job(row: dict[str, str]) -> TraceJob:
+    tenant = (row.get("cluster") or "").strip()
+    if not tenant:
+        raise ValueError("cluster (tenant) is missing")
+    duration_text = (row.get("duration") or "").strip()
+    try:
+        duration = float(duration_text)
+    except ValueError:
+        raise ValueError(f"duration={duration_text!r} is not a number") from None
+    if not math.isfinite(duration) or duration < 0:
+        raise ValueError(f"duration={duration_text} must be a non-negative number of seconds")
+    return TraceJob(_timestamp(row.get("timestamp", "")), duration, parse_int(row, "num_gpus", minimum=1), tenant)
+
+
+def load_jobs(path: Path, problems: Problems, strict: bool = False) -> list[TraceJob]:
+    jobs = load(path, ("timestamp", "duration", "num_gpus", "cluster"), _job, problems, strict)
+    return sorted(jobs, key=lambda j: j.submit)
+
+
+def load_vc_nodes(path: Path, problems: Problems, strict: bool = False) -> dict[str, int]:
+    def parse(row: dict[str, str]) -> tuple[str, int]:
+        vc = (row.get("vc") or "").strip()
+        if not vc:
+            raise ValueError("vc is missing")
+        return vc, parse_int(row, "node num", minimum=0)
+
+    return dict(load(path, ("vc", "node num"), parse, problems, strict))
+
+
+@dataclass
+class TenantStats:
+    waits: list[float] = field(default_factory=list)
+    jcts: list[float] = field(default_factory=list)
+    received_gpu_s: float = 0.0
+    entitled_gpu_s: float = 0.0
+    preemptions: int = 0
+    wasted_gpu_s: float = 0.0
+
+
+@dataclass
+class _Live:
+    trace: TraceJob
+    remaining: float
+    waited: float = 0.0
+    pending_since: float = 0.0
+    started: float | None = None
+    notice: float | None = None
+    incarnation: int = 0
+
+
+def build_cluster(nodes: int, gpus_per_node: int, vc_nodes: dict[str, int], tenants: set[str],
+                  notes: list[str]) -> Cluster:
+    half = max(gpus_per_node // 2, 1)
+    cluster_nodes = {
+        f"node-{i:04d}": Node(f"node-{i:04d}", cpu_milli=10**9, mem_mib=10**9, max_pods=10**6,
+                              devices=[Device(d, group=d // half) for d in range(gpus_per_node)],
+                              domain=f"rack-{i // 8:03d}")
+        for i in range(nodes)
+    }
+    capacity = nodes * gpus_per_node * 1000
+    total_vc = sum(vc_nodes.get(t, 0) for t in tenants) or 1
+    queues = {}
+    for t in sorted(tenants):
+        share = vc_nodes.get(t, 0) / total_vc
+        if t not in vc_nodes:
+            notes.append(f"tenant {t} is not in the VC file: no guarantee, it only borrows idle GPUs")
+        queues[t] = Queue(t, guaranteed_gpu=int(capacity * share), weight=max(share, 1e-3), victim_grace_s=60.0,
+                          preemptor_delay_s=PREEMPTOR_DELAY_S)
+    return Cluster(cluster_nodes, queues)
+
+
+def make_scheduler(policy: str, cluster: Cluster) -> Scheduler:
+    if policy == "ferry":
+        return Scheduler(cluster, SchedulerConfig())
+    if policy == "fifo":
+        return fifo(cluster)
+    if policy == "volcano":
+        return VolcanoLike(cluster)
+    raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
+
+
+def _water_fill(demand: dict[str, float], weight: dict[str, float], capacity: float) -> dict[str, float]:
+    out = dict.fromkeys(demand, 0.0)
+    active = {t for t, d in demand.items() if d > 0}
+    remaining = capacity
+    while active and remaining > 1e-9:
+        total_w = sum(weight[t] for t in active)
+        met = set()
+        for t in active:
+            out[t] += remaining * weight[t] / total_w
+            if out[t] >= demand[t]:
+                out[t] = demand[t]
+                met.add(t)
+        remaining = capacity - sum(out.values())
+        if not met:
+            break
+        active -= met
+    return out
+
+
+@dataclass
+class PhillyResult:
+    policy: str
+    metrics: dict[str, Any]
+    timeline: list[tuple[float, int, int]]  # (t, allocated GPUs, pending jobs)
+    tenant_waits: dict[str, list[float]]
+
+
+def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes: int = 96,
+             gpus_per_node: int = 8, progress: Callable[[str], None] | None = None,
+             notes: list[str] | None = None, debug: bool = False) -> PhillyResult:
+    notes = notes if notes is not None else []
+    capacity_gpus = nodes * gpus_per_node
+    runnable = []
+    for j in jobs:
+        if j.gpus > capacity_gpus:
+            notes.append(f"job at t={j.submit:.0f} of tenant {j.tenant} asks {j.gpus} GPUs, more than the cluster's "
+                         f"{capacity_gpus}: impossible, skipped")
+        else:
+            runnable.append(j)
+    tenants = {j.tenant for j in runnable}
+    cluster = build_cluster(nodes, gpus_per_node, vc_nodes, tenants, notes)
+    sched = make_scheduler(policy, cluster)
+    weight = {t: q.weight for t, q in cluster.queues.items()}
+    stats: dict[str, TenantStats] = defaultdict(TenantStats)
+    live: dict[str, _Live] = {}
+    events: list[tuple[float, int, int, str, int]] = []  # (time, order, seq, job, incarnation)
+    seq = 0
+    t0 = runnable[0].submit if runnable else 0.0
+    for i, j in enumerate(runnable):
+        name = f"j{i:06d}"
+        live[name] = _Live(j, j.duration)
+        events.append((j.submit - t0, 1, seq, name, 0))
+        seq += 1
+    heapq.heapify(events)
+    demand: dict[str, int] = defaultdict(int)  # GPUs asked by each tenant's unfinished jobs
+    allocated = 0
+    pending = 0
+    timeline: list[tuple[float, int, int]] = []
+    busy_while_waiting = 0.0
+    waiting_time = 0.0
+    last_t = 0.0
+    preemptions = 0
+    wasted = 0.0
+    done = 0
+    total = len(runnable)
+
+    def account(now: float) -> None:
+        nonlocal busy_while_waiting, waiting_time, last_t
+        dt = now - last_t
+        if dt > 0:
+            if pending:
+                busy_while_waiting += allocated * dt
+                waiting_time += dt
+            fair = _water_fill({t: float(d) for t, d in demand.items()}, weight, float(capacity_gpus))
+            for t, q in cluster.queues.items():
+                stats[t].received_gpu_s += q.allocated_gpu / 1000 * dt
+                stats[t].entitled_gpu_s += fair.get(t, 0.0) * dt
+        last_t = now
+
+    def submit(name: str, now: float) -> None:
+        nonlocal pending
+        lj = live[name]
+        job_name = f"{name}.{lj.incarnation}"
+        g = lj.trace.gpus
+        tasks = ([Task("worker", 1, Request(gpus=g))] if g <= gpus_per_node else
+                 [Task("worker", math.ceil(g / gpus_per_node), Request(gpus=gpus_per_node))])
+        sched.submit(Job(job_name, lj.trace.tenant, tasks, submit_time=lj.trace.submit - t0))
+        lj.pending_since = now
+        pending += 1
+
+    while events:
+        now = events[0][0]
+        account(now)
+        while events and events[0][0] == now:
+            _, kind, _, name, inc = heapq.heappop(events)
+            lj = live[name]
+            if kind == 1:  # arrival
+                demand[lj.trace.tenant] += lj.trace.gpus
+                submit(name, now)
+            elif inc == lj.incarnation and lj.started is not None:  # completion of the current run
+                sched.finish(f"{name}.{inc}", JobPhase.SUCCEEDED)
+                sched.remove(f"{name}.{inc}")
+                allocated -= lj.trace.gpus
+                demand[lj.trace.tenant] -= lj.trace.gpus
+                st = stats[lj.trace.tenant]
+                st.waits.append(lj.waited)
+                st.jcts.append(now - (lj.trace.submit - t0))
+                done += 1
+                if progress and done % 5000 == 0:
+                    progress(f"{policy}: {done}/{total} jobs done, t={now / 86400:.1f} d")
+        res = sched.cycle(now)
+        for d in res.decisions:
+            if isinstance(d, JobStatus) and d.phase == JobPhase.RUNNING.value:
+                name, inc_s = d.job.rsplit(".", 1)
+                lj = live[name]
+                lj.started = now
+                lj.waited += now - lj.pending_since
+                pending -= 1
+                allocated += lj.trace.gpus
+                heapq.heappush(events, (now + lj.remaining, 0, seq, name, int(inc_s)))
+                seq += 1
+            elif isinstance(d, NotifyWillEvict):
+                live[d.job.rsplit(".", 1)[0]].notice = now
+            elif isinstance(d, Evict):
+                name, inc_s = d.job.rsplit(".", 1)
+                lj = live[name]
+                assert lj.started is not None
+                saved = (lj.notice if lj.notice is not None else now) - lj.started
+                lost = (now - lj.started - saved) * lj.trace.gpus
+                lj.remaining -= saved
+                allocated -= lj.trace.gpus
+                sched.remove(d.job)
+                preemptions += 1
+                wasted += lost
+                st = stats[lj.trace.tenant]
+                st.preemptions += 1
+                st.wasted_gpu_s += lost
+                lj.incarnation += 1
+                lj.started = lj.notice = None
+                submit(name, now)
+        timeline.append((now, allocated, pending))
+
+    all_waits = [w for s in stats.values() for w in s.waits]
+    all_jcts = [w for s in stats.values() for w in s.jcts]
+    big_waits = [lj.waited for lj in live.values() if lj.trace.gpus > gpus_per_node]
+    if debug:
+        for name, lj in live.items():
+            if lj.trace.gpus > gpus_per_node and lj.waited > 40000:
+                print(name, lj.trace, round(lj.waited))
+    xs = [s.received_gpu_s / s.entitled_gpu_s for s in stats.values() if s.entitled_gpu_s > 0]
+    jain = (sum(xs) ** 2) / (len(xs) * sum(x * x for x in xs)) if xs else 1.0
+    metrics: dict[str, Any] = {
+        "policy": policy,
+        "jobs": total,
+        **summary(all_waits, all_jcts),
+        "gpu_utilization": (round(100 * busy_while_waiting / (capacity_gpus * waiting_time), 2)
+                            if waiting_time else None),
+        "jain_fairness": round(jain, 4),
+        "preemptions": preemptions,
+        "wasted_gpu_s": round(wasted, 1),
+        "big_jobs_p99_wait_s": round(_pct(big_waits, 99), 1) if big_waits else None,
+        "tenants": {
+            t: {**summary(s.waits, s.jcts), "jobs": len(s.waits),
+                "received_over_entitled": round(s.received_gpu_s / s.entitled_gpu_s, 4) if s.entitled_gpu_s else None,
+                "preemptions": s.preemptions, "wasted_gpu_s": round(s.wasted_gpu_s, 1)}
+            for t, s in sorted(stats.items())
+        },
+    }
+    return PhillyResult(policy, metrics, timeline, {t: s.waits for t, s in stats.items()})
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q / 100
+    lo, hi = math.floor(k), math.ceil(k)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def summary(waits: list[float], jcts: list[float]) -> dict[str, float | None]:
+    if not waits:
+        return {"avg_wait_s": None, "p50_wait_s": None, "p99_wait_s": None, "max_wait_s": None, "avg_jct_s": None}
+    return {
+        "avg_wait_s": round(statistics.fmean(waits), 1),
+        "p50_wait_s": round(_pct(waits, 50), 1),
+        "p99_wait_s": round(_pct(waits, 99), 1),
+        "max_wait_s": round(max(waits), 1),
+        "avg_jct_s": round(statistics.fmean(jcts), 1),
+    }
+
+
+__all__ = ["POLICIES", "PhillyResult", "TraceError", "load_jobs", "load_vc_nodes", "simulate"]

@@ -1,0 +1,257 @@
+"""Scheduling-core behaviour on small, exact scenarios."""
+
+from __future__ import annotations
+
+from scheduler.core.decisions import Bind, CancelEviction, Evict, NotifyWillEvict, Shrink
+from scheduler.core.model import JobPhase, ReplicaPhase, Tier
+from tests.unit.core_helpers import cluster, gang, node, queue, scheduler
+
+
+def test_gang_is_all_or_nothing_and_binds_in_one_cycle_when_capacity_frees() -> None:
+    c = cluster([node("n1", 4), node("n2", 4)])
+    s = scheduler(c)
+    s.submit(gang("blocker", "default", 1, 1))
+    s.cycle(0)
+    s.submit(gang("g8", "default", 8, 1))
+    res = s.cycle(1)
+    assert not res.of(Bind)
+    job = c.jobs["g8"]
+    assert job.phase is JobPhase.PENDING
+    assert all(r.phase is ReplicaPhase.PENDING for r in job.replicas)
+    assert "gang of 8 replica(s) needs 8 GPUs all at once" in res.pending_reasons["g8"]
+    assert sum(d.free for n in c.nodes.values() for d in n.devices) == 7000
+    s.finish("blocker")
+    res = s.cycle(2)
+    binds = [d for d in res.of(Bind) if isinstance(d, Bind) and d.job == "g8"]
+    assert len(binds) == 8
+    assert job.phase is JobPhase.RUNNING
+
+
+def test_fractional_gpus_share_a_device_and_never_overcommit() -> None:
+    c = cluster([node("n1", 2)])
+    s = scheduler(c)
+    for i in range(4):
+        s.submit(gang(f"share{i}", "default", 1, 1, milli=250, submit=i))
+    res = s.cycle(0)
+    devices = {(d.node, d.devices) for d in res.of(Bind) if isinstance(d, Bind)}
+    assert len(devices) == 1  # all four on the same GPU
+    assert c.nodes["n1"].devices[0].free == 0 or c.nodes["n1"].devices[1].free == 0
+    s.submit(gang("share-more", "default", 1, 1, milli=300))
+    s.cycle(1)
+    assert all(d.free >= 0 for d in c.nodes["n1"].devices)
+    assert c.jobs["share-more"].phase is JobPhase.RUNNING
+    used = [1000 - d.free for d in c.nodes["n1"].devices]
+    assert sorted(used) == [300, 1000]
+
+
+def test_multi_gpu_replica_stays_inside_one_linked_group() -> None:
+    c = cluster([node("n1", 8)])
+    s = scheduler(c)
+    s.submit(gang("one", "default", 1, 2))
+    s.cycle(0)
+    s.submit(gang("four", "default", 1, 4))
+    res = s.cycle(1)
+    (bind,) = [d for d in res.of(Bind) if isinstance(d, Bind)]
+    groups = {c.nodes["n1"].devices[i].group for i in bind.devices}
+    assert len(groups) == 1
+
+
+def test_gang_prefers_one_topology_domain() -> None:
+    c = cluster([node("a1", 8, "rack-a"), node("a2", 8, "rack-a"), node("b1", 8, "rack-b"),
+                 node("b2", 8, "rack-b"), node("b3", 8, "rack-b")])
+    s = scheduler(c)
+    s.submit(gang("g", "default", 3, 8))
+    res = s.cycle(0)
+    domains = {c.nodes[d.node].domain for d in res.of(Bind) if isinstance(d, Bind)}
+    assert domains == {"rack-b"}
+
+
+def test_reclaim_returns_the_guarantee_evicting_elastic_and_shrinking_first() -> None:
+    c = cluster([node("n1", 4), node("n2", 4)], [queue("a", 4), queue("b", 4)])
+    s = scheduler(c)
+    s.submit(gang("a-guaranteed", "a", 4, 1, submit=0))
+    s.submit(gang("a-elastic", "a", 2, 1, tier=Tier.ELASTIC, submit=1, elastic_max=4, min_member=2))
+    s.cycle(0)
+    assert c.queues["a"].allocated_gpu == 8000  # a borrowed b's idle guarantee
+    s.submit(gang("b-job", "b", 2, 1, submit=2))
+    res = s.cycle(1)
+    shrinks = res.of(Shrink)
+    assert shrinks and not res.of(NotifyWillEvict)  # shrinking the elastic job was enough
+    assert c.jobs["b-job"].phase is JobPhase.RUNNING
+    assert c.jobs["a-elastic"].phase is JobPhase.RUNNING
+    assert len(c.jobs["a-elastic"].bound()) == 2
+    s.submit(gang("b-job2", "b", 2, 1, submit=3))
+    res = s.cycle(2)
+    (notice,) = res.of(NotifyWillEvict)
+    assert isinstance(notice, NotifyWillEvict)
+    assert notice.job == "a-elastic"  # elastic before guaranteed
+    assert c.jobs["b-job2"].phase is JobPhase.PRIVILEGED
+    res = s.cycle(2 + 29)
+    assert not res.of(Evict)
+    res = s.cycle(2 + 31)
+    assert [e.job for e in res.of(Evict) if isinstance(e, Evict)] == ["a-elastic"]
+    res = s.cycle(34)
+    assert c.jobs["b-job2"].phase is JobPhase.RUNNING
+    assert c.queues["b"].allocated_gpu == 4000
+    assert c.jobs["a-guaranteed"].phase is JobPhase.RUNNING
+
+
+def test_eviction_is_cancelled_when_capacity_frees_elsewhere() -> None:
+    c = cluster([node("n1", 4)], [queue("a", 2), queue("b", 2)])
+    s = scheduler(c)
+    s.submit(gang("a1", "a", 2, 1, submit=0))
+    s.submit(gang("a2", "a", 2, 1, submit=1))
+    s.cycle(0)
+    s.submit(gang("b1", "b", 2, 1, submit=2))
+    res = s.cycle(1)
+    (notice,) = res.of(NotifyWillEvict)
+    assert isinstance(notice, NotifyWillEvict)
+    victim = notice.job
+    other = "a1" if victim == "a2" else "a2"
+    s.finish(other)  # capacity frees up before the deadline
+    res = s.cycle(5)
+    assert c.jobs["b1"].phase is JobPhase.RUNNING
+    assert [x.job for x in res.of(CancelEviction) if isinstance(x, CancelEviction)] == [victim]
+    assert c.jobs[victim].phase is JobPhase.RUNNING
+    res = s.cycle(100)
+    assert not res.of(Evict)
+
+
+def test_no_right_no_preemption_and_no_victim_twice_in_a_row() -> None:
+    c = cluster([node("n1", 2)], [queue("a", 1), queue("b", 1, reclaim=False)])
+    s = scheduler(c)
+    s.submit(gang("a0", "a", 1, 1))
+    s.submit(gang("a1", "a", 1, 1, submit=1))
+    s.cycle(0)
+    s.submit(gang("b1", "b", 1, 1))
+    res = s.cycle(1)
+    assert not res.of(NotifyWillEvict)  # b may not reclaim
+    assert c.jobs["b1"].phase is JobPhase.PENDING
+    c.queues["b"].rights.reclaim = True
+    res = s.cycle(2)
+    first = [n.job for n in res.of(NotifyWillEvict) if isinstance(n, NotifyWillEvict)]
+    assert len(first) == 1
+    s.remove("b1")  # preemptor gone: eviction cancelled
+    res = s.cycle(3)
+    assert [x.job for x in res.of(CancelEviction) if isinstance(x, CancelEviction)] == first
+    s.submit(gang("b2", "b", 1, 1, submit=3))
+    res = s.cycle(4)  # the last victim is not chosen again within the cool-down: the other one is
+    second = [n.job for n in res.of(NotifyWillEvict) if isinstance(n, NotifyWillEvict)]
+    assert len(second) == 1
+    assert second != first
+
+
+def test_reclaim_never_takes_a_queue_below_its_guarantee() -> None:
+    c = cluster([node("n1", 2)], [queue("a", 1), queue("b", 1)])
+    s = scheduler(c)
+    s.submit(gang("a-gang", "a", 2, 1))  # one 2-GPU gang: evicting it would leave a with 0 < 1
+    s.cycle(0)
+    s.submit(gang("b1", "b", 1, 1))
+    res = s.cycle(1)
+    assert not res.of(NotifyWillEvict)
+    assert c.jobs["a-gang"].phase is JobPhase.RUNNING
+
+
+def test_guaranteed_job_preempts_own_elastic_job_after_grace() -> None:
+    c = cluster([node("n1", 2)], [queue("a", 2, grace=10)])
+    s = scheduler(c)
+    s.submit(gang("el", "a", 2, 1, tier=Tier.ELASTIC))
+    s.cycle(0)
+    s.submit(gang("g", "a", 2, 1, submit=1))
+    res = s.cycle(1)
+    assert [n.job for n in res.of(NotifyWillEvict) if isinstance(n, NotifyWillEvict)] == ["el"]
+    assert c.jobs["el"].phase is JobPhase.WILL_EVICT
+    assert not s.cycle(10).of(Evict)
+    assert s.cycle(11).of(Evict)
+    s.cycle(12)
+    assert c.jobs["g"].phase is JobPhase.RUNNING
+
+
+def test_preemptor_delay_waits_for_natural_capacity() -> None:
+    c = cluster([node("n1", 2)], [queue("a", 2, delay=60)])
+    s = scheduler(c)
+    s.submit(gang("el", "a", 2, 1, tier=Tier.ELASTIC))
+    s.cycle(0)
+    s.submit(gang("g", "a", 2, 1, submit=1))
+    assert not s.cycle(1).of(NotifyWillEvict)
+    assert "waiting up to 60 s" in c.jobs["g"].reason
+    assert not s.cycle(30).of(NotifyWillEvict)
+    assert s.cycle(62).of(NotifyWillEvict)
+
+
+def test_starving_big_gang_gets_a_reservation_while_backfill_continues() -> None:
+    c = cluster([node("n1", 8), node("n2", 8), node("n3", 8)])
+    s = scheduler(c, reservation_after_s=100.0)
+    for i in range(5):
+        s.submit(gang(f"small{i}", "default", 1, 4, submit=i))
+    s.cycle(0)
+    s.submit(gang("big", "default", 2, 8, submit=1))
+    s.submit(gang("filler", "default", 1, 2, submit=2))
+    s.cycle(2)
+    assert c.jobs["big"].phase is JobPhase.PENDING
+    assert c.jobs["filler"].phase is JobPhase.RUNNING  # backfill passed the big gang
+    assert c.jobs["big"].bypassed
+    s.cycle(200)
+    held = set(c.jobs["big"].reserved_nodes)
+    assert len(held) == 2
+    assert "holding node(s)" in c.jobs["big"].reason
+    on_held = [j for j in ("small0", "small1", "small2", "small3", "small4", "filler")
+               if c.jobs[j].replicas[0].node in held]
+    s.finish(on_held[0])
+    s.submit(gang("late-small", "default", 1, 4, submit=201))
+    s.cycle(202)
+    assert c.jobs["late-small"].phase is JobPhase.PENDING  # may not take the held nodes
+    for j in on_held[1:]:
+        s.finish(j)
+    s.cycle(300)
+    assert c.jobs["big"].phase is JobPhase.RUNNING
+    s.cycle(301)
+    assert c.jobs["late-small"].phase is JobPhase.PENDING or c.jobs["late-small"].replicas[0].node not in held
+
+
+def test_main_task_success_completes_the_job_and_stops_the_rest() -> None:
+    from scheduler.core.model import Job, Request, Task
+
+    c = cluster([node("n1", 8)])
+    s = scheduler(c)
+    job = Job("ens", "default", [Task("main", 1, Request(gpus=1)), Task("aux", 3, Request(gpus=1))], main_task="main")
+    s.submit(job)
+    s.cycle(0)
+    assert len(job.bound()) == 4
+    phase = s.replica_done("ens", "main", 0, ReplicaPhase.SUCCEEDED)
+    assert phase is JobPhase.SUCCEEDED
+    assert not job.bound()
+    assert c.queues["default"].allocated_gpu == 0
+
+
+def test_queue_maximum_is_never_exceeded() -> None:
+    c = cluster([node("n1", 8)], [queue("a", 2, max_gpus=3)])
+    s = scheduler(c)
+    s.submit(gang("j1", "a", 2, 1))
+    s.submit(gang("j2", "a", 2, 1, submit=1))
+    res = s.cycle(0)
+    assert c.queues["a"].allocated_gpu == 2000
+    assert "would exceed its maximum of 3 GPUs" in res.pending_reasons["j2"]
+
+
+def test_a_job_that_just_started_is_not_a_victim() -> None:
+    c = cluster([node("n1", 2)], [queue("a", 2, grace=10)])
+    s = scheduler(c, min_runtime_s=300.0)
+    s.submit(gang("el", "a", 2, 1, tier=Tier.ELASTIC))
+    s.cycle(0)
+    s.submit(gang("g", "a", 2, 1, submit=1))
+    assert not s.cycle(100).of(NotifyWillEvict)
+    assert [n.job for n in s.cycle(301).of(NotifyWillEvict) if isinstance(n, NotifyWillEvict)] == ["el"]
+
+
+def test_preemptors_of_one_queue_do_not_claim_more_than_its_guarantee() -> None:
+    c = cluster([node("n1", 4)], [queue("a", 2), queue("b", 2)])
+    s = scheduler(c)
+    for i in range(4):
+        s.submit(gang(f"a{i}", "a", 1, 1, submit=i))
+    s.cycle(0)
+    for i in range(3):
+        s.submit(gang(f"b{i}", "b", 1, 1, submit=10 + i))
+    res = s.cycle(1)
+    notices = res.of(NotifyWillEvict)
+    assert len(notices) == 2  # b's guarantee is 2 GPUs: the third job may not reclaim
