@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 DEMO_DIR ?= .demo
 
 .PHONY: all venv binaries test test-unit test-integration lint typecheck demo demo-down \
-        bench-core bench-scheduler bench-bridge clean
+        bench-core bench-openb bench-philly bench-scheduler bench-bridge clean
 
 all: test
 
@@ -49,6 +49,12 @@ demo-down: $(STAMP)
 ## Benchmarks (not tests): print figures.
 bench-core: $(STAMP)
 	$(BIN)/python -m scheduler.bench.core
+
+bench-openb: $(STAMP)
+	$(BIN)/python -m scheduler.bench.openb
+
+bench-philly: $(STAMP)
+	$(BIN)/python -m scheduler.bench.philly
 
 bench-scheduler: binaries
 	$(BIN)/python -m scheduler.bench.service

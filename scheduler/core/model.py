@@ -193,6 +193,8 @@ class Job:
     reason: str = ""
     reserved_nodes: tuple[str, ...] = ()
     bypassed: bool = False  # a smaller job started while this one could not: backfill may starve it
+    allocated: int = 0  # GPU milli of its bound replicas, kept by the placer
+    preempt_retry_at: float = float("-inf")
     _tasks_cache: dict[str, Task] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -222,8 +224,7 @@ class Job:
         return sum(tasks[r.task].request.gpu_total for r in self.replicas if r.phase is ReplicaPhase.PENDING)
 
     def gpu_allocated(self) -> int:
-        tasks = self.task_by_name
-        return sum(tasks[r.task].request.gpu_total for r in self.replicas if r.phase is ReplicaPhase.BOUND)
+        return self.allocated
 
     def min_gpu(self) -> int:
         tasks = self.task_by_name

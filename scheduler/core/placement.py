@@ -82,6 +82,7 @@ class Placer:
                 raise AssertionError(f"GPU {d} of {node_name} over-committed by {job.name}")
         replica.phase, replica.node, replica.devices = ReplicaPhase.BOUND, node_name, devices
         self.cluster.queues[job.queue].allocated_gpu += req.gpu_total
+        job.allocated += req.gpu_total
         self._index(node)
 
     def release(self, job: Job, replica: Replica, phase: ReplicaPhase) -> None:
@@ -98,6 +99,7 @@ class Placer:
                 node.devices[d].free += req.gpu_milli
             self._index(node)
         self.cluster.queues[job.queue].allocated_gpu -= req.gpu_total
+        job.allocated -= req.gpu_total
         replica.phase, replica.node, replica.devices = phase, None, ()
 
     # ------------------------------------------------------------- searching

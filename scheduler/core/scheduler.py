@@ -55,6 +55,7 @@ class SchedulerConfig:
     preemption_attempts: int = 4  # per cycle, bounds the victim search
     victim_cooldown_s: float = 60.0
     min_runtime_s: float = 300.0  # a job that started less than this ago is not a victim (no thrash)
+    preemption_retry_s: float = 30.0  # after a fruitless victim search a job waits this long to search again
 
 
 def order_key(job: Job) -> OrderKey:
@@ -84,8 +85,11 @@ class Scheduler:
         self._slot_gpu: dict[str, int] = {}
         self.pending_gpu: dict[str, int] = defaultdict(int)  # queue -> GPU milli its pending replicas ask for
         self._reserved: dict[str, tuple[str, ...]] = {}  # job -> nodes held for it
-        self._victims: dict[str, set[str]] = defaultdict(set)  # preemptor -> victims in WillEvict
+        self._elastic: dict[str, None] = {}  # elastic jobs not yet ended, for growing
+        # preemptor -> victims in WillEvict (dicts, not sets: iteration order must not depend on hashing)
+        self._victims: dict[str, dict[str, None]] = defaultdict(dict)
         self._outside: CycleResult = CycleResult()  # decisions taken between cycles, reported by the next
+        self._claims: dict[str, int] = {}
         for job in cluster.jobs.values():
             self._adopt(job)
 
@@ -99,6 +103,8 @@ class Scheduler:
                 self.placer.bind(job, r, node, devices)
         if job.pending() and not job.phase.terminal:
             self._index(job)
+        if job.tier is Tier.ELASTIC and not job.phase.terminal:
+            self._elastic[job.name] = None
 
     def submit(self, job: Job) -> None:
         if job.name in self.cluster.jobs:
@@ -179,9 +185,10 @@ class Scheduler:
         was_running = job.phase.holds_resources
         job.phase, job.reason = phase, reason
         self._unindex(job.name)
+        self._elastic.pop(job.name, None)
         self._reserved.pop(job.name, None)
         job.reserved_nodes = ()
-        for victim in self._victims.pop(job.name, set()):
+        for victim in self._victims.pop(job.name, {}):
             self._cancel_victim(victim, f"preemptor {job.name} ended", self._outside)
         if was_running:
             self.hooks.on_end(job, self.cluster.now)
@@ -236,11 +243,11 @@ class Scheduler:
             for name in list(victims):
                 victim = self.cluster.jobs.get(name)
                 if victim is None or victim.phase is not JobPhase.WILL_EVICT:
-                    victims.discard(name)
+                    victims.pop(name, None)
                     continue
                 if victim.will_evict_deadline is not None and now >= victim.will_evict_deadline:
                     self._evict(victim, f"preempted by {preemptor}", result)
-                    victims.discard(name)
+                    victims.pop(name, None)
             if not victims:
                 del self._victims[preemptor]
 
@@ -505,7 +512,7 @@ class Scheduler:
                 and vq.allocated_gpu - victim.gpu_allocated() >= vq.guaranteed_gpu):  # only borrowed capacity
             return None
         # what the preemptor's queue will hold: running jobs, preemptors already waiting for victims, and this job
-        claim = self._claimed.get(pq.name, 0) + preemptor.gpu_demand()
+        claim = self._claims.get(pq.name, 0) + preemptor.gpu_demand()
         if pq.allocated_gpu + claim <= pq.guaranteed_gpu:
             return "reclaim"
         # Fair borrowing: idle capacity is shared among borrowers by weight. A borrower may take from
@@ -518,8 +525,21 @@ class Scheduler:
     def _borrowed(self, q: Queue, delta: int) -> float:
         return max(0, q.allocated_gpu + delta - q.guaranteed_gpu) / max(q.weight, 1e-9)
 
-    @property
-    def _claimed(self) -> dict[str, int]:
+    def _victim_queues(self, job: Job) -> list[str]:
+        """Queues that may hold victims for ``job`` (a cheap filter before looking at their jobs)."""
+        pq = self.cluster.queues[job.queue]
+        claim = self._claims.get(pq.name, 0) + job.gpu_demand()
+        out = [pq.name] if self.config.preempt and job.tier is Tier.GUARANTEED else []
+        may_reclaim = pq.rights.reclaim and self.config.reclaim
+        within = pq.allocated_gpu + claim <= pq.guaranteed_gpu
+        for q in self.cluster.queues.values():
+            if q.name == pq.name or (q.allocated_gpu <= q.guaranteed_gpu and not pq.rights.privileged):
+                continue
+            if pq.rights.privileged or (may_reclaim and (within or self._borrowed(pq, claim) < self._borrowed(q, 0))):
+                out.append(q.name)
+        return out
+
+    def _compute_claims(self) -> dict[str, int]:
         """GPU milli that preemptors (Privileged jobs) of each queue are about to take."""
         out: dict[str, int] = defaultdict(int)
         for name in self._victims:
@@ -540,30 +560,42 @@ class Scheduler:
                     waiting = (kn for kn in group if self.cluster.jobs[kn[1]].phase is JobPhase.PENDING)
                     for key, name in itertools.islice(waiting, self.config.preemption_attempts):
                         candidates.append((qkey, key, name))
+        if not candidates:
+            return
+        running: dict[str, list[Job]] = defaultdict(list)
+        for j in self.cluster.jobs.values():
+            if j.phase is JobPhase.RUNNING:
+                running[j.queue].append(j)
         for _, _, name in sorted(candidates):
             if attempts >= self.config.preemption_attempts:
                 return
             job = self.cluster.jobs[name]
             if job.phase is JobPhase.PRIVILEGED or job.phase is not JobPhase.PENDING:
                 continue
-            pool = [v for v in self.cluster.jobs.values() if self._victim_ok(job, v, now)]
-            if not pool:
-                continue
             queue = self.cluster.queues[job.queue]
             if job.privileged_since is None:
                 job.privileged_since = now
             if now - job.privileged_since < queue.preemptor_delay_s:
                 job.reason = (f"waiting up to {queue.preemptor_delay_s:g} s for free capacity before "
-                              "preempting lower-priority or borrowed jobs")
+                              "preempting lower-priority or borrowed jobs (where its queue may)")
+                continue
+            if now < job.preempt_retry_at:
+                continue
+            self._claims = self._compute_claims()
+            pool = [v for q in self._victim_queues(job) for v in running.get(q, ())
+                    if self._victim_ok(job, v, now)]
+            if not pool:
+                job.preempt_retry_at = now + self.config.preemption_retry_s
                 continue
             attempts += 1
-            self._try_preempt(job, pool, now, result)
+            if not self._try_preempt(job, pool, now, result):
+                job.preempt_retry_at = now + self.config.preemption_retry_s
 
-    def _try_preempt(self, job: Job, pool: list[Job], now: float, result: CycleResult) -> None:
+    def _try_preempt(self, job: Job, pool: list[Job], now: float, result: CycleResult) -> bool:
         # Other preemptors' nodes stay usable: their victims are already taken out of the pool.
         excluded = self.reserved_nodes(except_job=job.name, starving_only=True)
         if self._shrink_for(job, pool, excluded, now, result):
-            return
+            return True
         saved: dict[str, list[tuple[Replica, str, tuple[int, ...]]]] = {}
         # lowest tier and priority first; then small jobs (a big gang is hard to place again); then least work lost
         order = sorted(pool, key=lambda v: (int(v.tier), v.priority, v.gpu_allocated(), self._cost(v, now), v.name))
@@ -581,7 +613,7 @@ class Scheduler:
             for victim in chosen:
                 self._restore(victim, saved[victim.name])
             job.reason = "cannot start even if every job it may preempt were evicted"
-            return
+            return False
         for p in fit:
             self.placer.release(job, p.replica, ReplicaPhase.PENDING)
         # fewest victims: drop any victim the gang does not need after all (most expensive first)
@@ -599,7 +631,7 @@ class Scheduler:
         if not chosen:  # it fits without anyone leaving (on nodes held for others): nothing to do here
             for p in trial:
                 self.placer.release(job, p.replica, ReplicaPhase.PENDING)
-            return
+            return False
         nodes = tuple(sorted({p.node for p in trial}))
         for p in trial:
             self.placer.release(job, p.replica, ReplicaPhase.PENDING)
@@ -615,10 +647,11 @@ class Scheduler:
             rule = self._victim_ok(job, victim, now) or "preemption"
             victim.phase, victim.will_evict_deadline, victim.will_evict_by = JobPhase.WILL_EVICT, deadline, job.name
             victim.last_victim_cycle = self.cycles
-            self._victims[job.name].add(victim.name)
+            self._victims[job.name][victim.name] = None
             victim.reason = f"will be evicted at t={deadline:.0f} ({rule} by {job.name}); checkpoint now"
             result.decisions.append(NotifyWillEvict(victim.name, deadline, job.name, victim.reason))
         result.decisions.append(JobStatus(job.name, JobPhase.PRIVILEGED.value, job.reason))
+        return True
 
     def _shrink_for(self, job: Job, pool: list[Job], excluded: frozenset[str], now: float,
                     result: CycleResult) -> bool:
@@ -668,8 +701,9 @@ class Scheduler:
     # elastic growth: idle GPUs go to elastic jobs below their maximum, outside reservations
     def _grow(self, result: CycleResult) -> None:
         excluded = self.reserved_nodes()
-        for job in self.cluster.jobs.values():
-            if job.tier is not Tier.ELASTIC or job.phase is not JobPhase.RUNNING or job.elastic_max is None:
+        for name in list(self._elastic):
+            job = self.cluster.jobs[name]
+            if job.phase is not JobPhase.RUNNING or job.elastic_max is None:
                 continue
             last = job.tasks[-1]
             bound = sum(1 for r in job.replicas if r.task == last.name and r.phase is ReplicaPhase.BOUND)

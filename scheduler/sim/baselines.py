@@ -37,20 +37,20 @@ class VolcanoLike(Scheduler):
         request = {q: queues[q].allocated_gpu + self.pending_gpu.get(q, 0) for q in queues}
         deserved = dict.fromkeys(queues, 0.0)
         total = float(self.placer.capacity)
-        active = {q for q in queues if request[q] > 0}
+        active = [q for q in queues if request[q] > 0]
         remaining = total
         while active and remaining > 1e-6:
             weight = sum(queues[q].weight for q in active)
-            met = set()
+            met = []
             for q in active:
                 deserved[q] += remaining * queues[q].weight / weight
                 if deserved[q] >= request[q]:
                     deserved[q] = float(request[q])
-                    met.add(q)
+                    met.append(q)
             remaining = total - sum(deserved.values())
             if not met:
                 break
-            active -= met
+            active = [q for q in active if q not in met]
         return deserved
 
     def queue_key(self, queue: Queue, tier: int) -> tuple[float, ...]:

@@ -134,20 +134,20 @@ def make_scheduler(policy: str, cluster: Cluster) -> Scheduler:
 
 def _water_fill(demand: dict[str, float], weight: dict[str, float], capacity: float) -> dict[str, float]:
     out = dict.fromkeys(demand, 0.0)
-    active = {t for t, d in demand.items() if d > 0}
+    active = [t for t, d in demand.items() if d > 0]
     remaining = capacity
     while active and remaining > 1e-9:
         total_w = sum(weight[t] for t in active)
-        met = set()
+        met = []
         for t in active:
             out[t] += remaining * weight[t] / total_w
             if out[t] >= demand[t]:
                 out[t] = demand[t]
-                met.add(t)
+                met.append(t)
         remaining = capacity - sum(out.values())
         if not met:
             break
-        active -= met
+        active = [t for t in active if t not in met]
     return out
 
 
@@ -279,7 +279,7 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
     big_waits = [lj.waited for lj in live.values() if lj.trace.gpus > gpus_per_node]
     if debug:
         for name, lj in live.items():
-            if lj.trace.gpus > gpus_per_node and lj.waited > 40000:
+            if lj.trace.gpus > gpus_per_node and lj.waited > 30000:
                 print(name, lj.trace, round(lj.waited))
     xs = [s.received_gpu_s / s.entitled_gpu_s for s in stats.values() if s.entitled_gpu_s > 0]
     jain = (sum(xs) ** 2) / (len(xs) * sum(x * x for x in xs)) if xs else 1.0

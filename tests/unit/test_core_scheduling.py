@@ -128,14 +128,14 @@ def test_no_right_no_preemption_and_no_victim_twice_in_a_row() -> None:
     assert not res.of(NotifyWillEvict)  # b may not reclaim
     assert c.jobs["b1"].phase is JobPhase.PENDING
     c.queues["b"].rights.reclaim = True
-    res = s.cycle(2)
+    res = s.cycle(40)  # after the retry back-off of a fruitless search
     first = [n.job for n in res.of(NotifyWillEvict) if isinstance(n, NotifyWillEvict)]
     assert len(first) == 1
     s.remove("b1")  # preemptor gone: eviction cancelled
-    res = s.cycle(3)
+    res = s.cycle(41)
     assert [x.job for x in res.of(CancelEviction) if isinstance(x, CancelEviction)] == first
-    s.submit(gang("b2", "b", 1, 1, submit=3))
-    res = s.cycle(4)  # the last victim is not chosen again within the cool-down: the other one is
+    s.submit(gang("b2", "b", 1, 1, submit=41))
+    res = s.cycle(42)  # the last victim is not chosen again within the cool-down: the other one is
     second = [n.job for n in res.of(NotifyWillEvict) if isinstance(n, NotifyWillEvict)]
     assert len(second) == 1
     assert second != first

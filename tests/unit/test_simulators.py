@@ -1,0 +1,127 @@
+"""Trace simulators: exact reproduction of the published method, bad input, JSON output."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scheduler.sim import openb, philly
+from scheduler.sim.gorand import GoRand
+from scheduler.sim.traces import Problems, TraceError
+
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces"
+OPENB = SHARED / "openb"
+PHILLY = SHARED / "philly"
+needs_traces = pytest.mark.skipif(not OPENB.exists(), reason="shared/traces is not beside the checkout")
+
+
+def test_go_rand_matches_go(tmp_path: Path) -> None:
+    (tmp_path / "go.mod").write_text("module chk\ngo 1.26\n")
+    (tmp_path / "main.go").write_text(
+        'package main\nimport ("fmt"; "math/rand")\nfunc main() {\n'
+        ' r := rand.New(rand.NewSource(7)); fmt.Println(r.Int())\n'
+        ' xs := []int{0,1,2,3,4,5,6,7,8,9,10,11}; r.Shuffle(len(xs), func(i, j int) { xs[i], xs[j] = xs[j], xs[i] })\n'
+        ' fmt.Println(xs, r.Intn(8152), r.Int63(), r.Perm(9))\n}\n')
+    out = subprocess.run(["go", "run", "."], cwd=tmp_path, capture_output=True, text=True, check=True,
+                         env={"GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod", "HOME": str(Path.home()),
+                              "PATH": __import__("os").environ["PATH"]}).stdout.split("\n")
+    r = GoRand(7)
+    assert str(r.int_()) == out[0]
+    xs = list(range(12))
+    r.shuffle(xs)
+    expected = f"[{' '.join(map(str, xs))}] {r.intn(8152)} {r.int63()} [{' '.join(map(str, r.perm(9)))}]"
+    assert expected == out[1]
+
+
+def _published(policy: str, seed: int, workload: str = "openb_pod_list_default") -> float:
+    with (OPENB / "fgd_published_allo_discrete.csv").open() as fh:
+        for row in csv.DictReader(fh):
+            if row["workload"] == workload and row["sc_policy"] == policy and int(row["seed"]) == seed:
+                return float(row["130"])
+    raise KeyError(policy)
+
+
+@needs_traces
+@pytest.mark.parametrize(("policy", "published"), [("bestfit", "05-BestFit"), ("gpupacking", "04-GpuPacking")])
+def test_openb_reproduces_published_curve_exactly(policy: str, published: str) -> None:
+    problems = Problems([])
+    nodes = openb.load_nodes(OPENB / "openb_node_list_gpu_node.csv", problems)
+    pods = openb.load_pods(OPENB / "openb_pod_list_default.csv", problems)
+    assert not problems
+    res = openb.run(nodes, pods, policy, 42)
+    assert res.gpu_allocation_ratio == _published(published, 42)
+    with (OPENB / "fgd_published_allo_discrete.csv").open() as fh:
+        row = next(r for r in csv.DictReader(fh) if r["workload"] == "openb_pod_list_default"
+                   and r["sc_policy"] == published and r["seed"] == "42")
+    assert res.curve == [float(row[str(c)]) for c in range(131)]
+
+
+def test_bad_rows_are_reported_with_line_and_reason(tmp_path: Path) -> None:
+    pods = tmp_path / "pods.csv"
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+                    "p1,1000,1024,1,500\n"
+                    "p2,-5,1024,1,500\n"
+                    "p3,1000,lots,1,500\n"
+                    ",1000,1024,1,500\n")
+    problems = Problems([])
+    got = openb.load_pods(pods, problems)
+    assert [p.name for p in got] == ["p1"]
+    assert [str(e) for e in problems.errors] == [
+        f"{pods}:3: cpu_milli=-5 is below 0",
+        f"{pods}:4: memory_mib='lots' is not a number",
+        f"{pods}:5: name is missing",
+    ]
+    with pytest.raises(TraceError, match=r"pods.csv:3: cpu_milli=-5 is below 0"):
+        openb.load_pods(pods, Problems([]), strict=True)
+
+
+def test_missing_columns_stop_clearly(tmp_path: Path) -> None:
+    bad = tmp_path / "jobs.csv"
+    bad.write_text("timestamp,duration\n1,2\n")
+    with pytest.raises(TraceError, match=r"jobs.csv:1: missing column\(s\) num_gpus, cluster"):
+        philly.load_jobs(bad, Problems([]))
+
+
+def _jobs(rows: list[tuple[float, float, int, str]]) -> list[philly.TraceJob]:
+    return [philly.TraceJob(*r) for r in rows]
+
+
+def test_philly_fifo_blocks_and_ferry_backfills() -> None:
+    # one 2-node cluster (16 GPUs); a 16-GPU gang arrives while a 1-GPU job runs
+    jobs = _jobs([(0, 100, 1, "a"), (1, 50, 16, "a"), (2, 10, 1, "b"), (3, 10, 1, "b")])
+    vc = {"a": 1, "b": 1}
+    fifo = philly.simulate(jobs, vc, "fifo", nodes=2, gpus_per_node=8).metrics
+    ferry = philly.simulate(jobs, vc, "ferry", nodes=2, gpus_per_node=8).metrics
+    assert fifo["tenants"]["b"]["avg_wait_s"] > 90  # stuck behind the gang
+    assert ferry["tenants"]["b"]["avg_wait_s"] == 0.0  # backfilled beside it
+    assert ferry["tenants"]["a"]["jobs"] == 2
+
+
+def test_philly_reports_impossible_jobs() -> None:
+    notes: list[str] = []
+    res = philly.simulate(_jobs([(0, 10, 1, "a"), (1, 10, 64, "a")]), {"a": 1}, "ferry", nodes=2, gpus_per_node=8,
+                          notes=notes)
+    assert res.metrics["jobs"] == 1
+    assert any("asks 64 GPUs, more than the cluster's 16: impossible, skipped" in n for n in notes)
+
+
+def test_simulate_cli_prints_json(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("timestamp,duration,num_gpus,cluster\n0,10,1,a\n5,20,2,b\n7,x,1,a\n")
+    vc = tmp_path / "vc.csv"
+    vc.write_text("vc,node num\na,1\nb,1\n")
+    out = subprocess.run([sys.executable, "-m", "ferry", "simulate", "philly", "--jobs", str(jobs),
+                          "--vc-nodes", str(vc), "--nodes", "1", "--policy", "ferry", "--json"],
+                         capture_output=True, text=True, check=True)
+    data = json.loads(out.stdout)
+    for key in ("avg_wait_s", "p50_wait_s", "p99_wait_s", "max_wait_s", "avg_jct_s", "gpu_utilization",
+                "jain_fairness", "preemptions", "wasted_gpu_s", "tenants"):
+        assert key in data
+    assert data["jobs"] == 2
+    assert data["bad_rows"] == 1
+    assert "jobs.csv:4: duration='x' is not a number" in out.stderr
