@@ -91,6 +91,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     try:
         planes.prepare()
+        if not args.control_plane_only:
+            planes.add_scheduler()
         planes.write_state(os.getpid(), ready=False)
         planes.start(_progress)
     except (StartError, PortInUse, ValueError) as exc:

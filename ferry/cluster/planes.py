@@ -30,6 +30,7 @@ from ferry.cluster.process import (
 )
 
 COMPUTE = "compute"
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 STATE_FILE = "state.json"
 ALWAYS_ALLOW = "/healthz,/readyz,/livez,/metrics"
 
@@ -258,6 +259,37 @@ class ControlPlanes:
             ports=(port,),
         )
 
+    # ------------------------------------------------------------ kube-ferry
+    def install_crds(self) -> None:
+        """Apply Kube-Ferry's CRDs to the compute cluster, wait until served, create the default Queue."""
+        import subprocess
+
+        kubectl = [str(self.bin.path("kubectl")), f"--kubeconfig={self.kubeconfig(COMPUTE)}"]
+        crds = MANIFESTS / "crds"
+        for args in (["apply", "--server-side", "-f", str(crds)],
+                     ["wait", "--for=condition=Established", "--timeout=60s", "-f", str(crds)],
+                     ["apply", "--server-side", "-f", str(MANIFESTS / "default-queue.yaml")]):
+            res = subprocess.run([*kubectl, *args], capture_output=True, text=True, timeout=90, check=False)
+            if res.returncode != 0:
+                raise StartError(f"installing Kube-Ferry CRDs failed: {res.stderr.strip()[-300:]}")
+
+    def add_scheduler(self, name: str = "kube-ferry-scheduler", extra: tuple[str, ...] = ()) -> Component:
+        """The Kube-Ferry scheduler service as a supervised component (started with the rest)."""
+        import sys
+
+        ports = PortAllocator(None)
+        port = ports.take("scheduler metrics")
+        ports.release()
+        spec = ComponentSpec(
+            name=name,
+            argv=[sys.executable, "-m", "ferry", "scheduler", f"--kubeconfig={self.kubeconfig(COMPUTE)}",
+                  f"--metrics-port={port}", *extra],
+            log=self._log(name),
+            probe=http_probe("127.0.0.1", port, "/readyz"),
+            ports=(port,),
+        )
+        return self.add_component(spec)
+
     # ------------------------------------------------------------- lifecycle
     def add_component(self, spec: ComponentSpec, after_bootstrap: bool = True) -> Component:
         """Register an extra process (scheduler, vnode) started after the control planes."""
@@ -270,8 +302,10 @@ class ControlPlanes:
         On any failure everything started so far is stopped and StartError is raised."""
         try:
             for i, phase in enumerate(self._phases):
-                if i == 3:
+                if i == 3:  # Kube-Ferry's own components come after the control planes are ready
                     self._bootstrap(progress)
+                    self.install_crds()
+                    progress("Kube-Ferry CRDs and the default Queue installed")
                 self._start_many(phase, progress)
             if len(self._phases) <= 3:
                 self._bootstrap(progress)

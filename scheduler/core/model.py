@@ -60,6 +60,7 @@ class Request:
     gpus: int = 0
     gpu_milli: int = GPU_MILLI
     models: frozenset[str] = frozenset()
+    selector: frozenset[tuple[str, str]] = frozenset()  # node labels the replica requires
 
     def __post_init__(self) -> None:
         if self.cpu_milli < 0 or self.mem_mib < 0 or self.gpus < 0:
@@ -96,6 +97,7 @@ class Node:
     model: str = ""
     domain: str = ""  # topology domain across nodes (rack / switch)
     schedulable: bool = True
+    labels: dict[str, str] = field(default_factory=dict)
     used_cpu: int = 0
     used_mem: int = 0
     pods: int = 0

@@ -111,6 +111,7 @@ class Placer:
             and node.free_mem >= req.mem_mib
             and node.pods < node.max_pods
             and (not req.models or node.model in req.models)
+            and all(node.labels.get(k) == v for k, v in req.selector)
         )
 
     def _candidates(self, need: int, domain: str | None) -> Iterator[str]:

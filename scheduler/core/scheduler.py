@@ -96,11 +96,21 @@ class Scheduler:
     # ------------------------------------------------------------ job intake
     def _adopt(self, job: Job) -> None:
         """Account a job already known to the cluster (e.g. bound pods found on restart)."""
+        tasks = job.task_by_name
         for r in job.replicas:
             if r.phase is ReplicaPhase.BOUND and r.node is not None:
                 node, devices = r.node, r.devices
                 r.phase = ReplicaPhase.PENDING
+                known = self.cluster.nodes.get(node)
+                if known is None:  # bound to a node that is gone: it holds nothing here
+                    r.phase = ReplicaPhase.BOUND
+                    continue
+                req = tasks[r.task].request
+                if len(devices) != req.gpus or any(d >= len(known.devices) for d in devices):
+                    devices = self.placer.pick_devices(known, req.gpus) or ()  # devices not recorded: assume free ones
                 self.placer.bind(job, r, node, devices)
+        if job.bound() and job.phase is JobPhase.PENDING:
+            job.phase = JobPhase.RUNNING
         if job.pending() and not job.phase.terminal:
             self._index(job)
         if job.tier is Tier.ELASTIC and not job.phase.terminal:

@@ -1,0 +1,83 @@
+"""``ferry scheduler``: run the compute-cluster scheduler service."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("scheduler", help="run the gang / queue scheduler against the compute cluster")
+    p.add_argument("--kubeconfig", type=Path, required=True)
+    p.add_argument("--metrics-address", default="127.0.0.1")
+    p.add_argument("--metrics-port", type=int, default=10259)
+    p.add_argument("--leader-elect", action="store_true", help="schedule only while holding the Lease")
+    p.add_argument("--identity", default=f"{socket.gethostname()}-{os.getpid()}")
+    p.add_argument("--period", type=float, default=0.5, help="seconds between cycles at most")
+    p.add_argument("--log-level", default="info")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ferry import log as flog
+
+    flog.configure(args.log_level, json=True)
+    if not args.kubeconfig.exists():
+        print(f"ferry: error: kubeconfig {args.kubeconfig} does not exist", file=sys.stderr)
+        return 1
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_main(args))
+    return 0
+
+
+async def _main(args: argparse.Namespace) -> None:
+    from kubernetes_asyncio import config
+
+    from scheduler.service import metrics
+    from scheduler.service.leader import LeaderElector
+    from scheduler.service.server import make_app, serve
+    from scheduler.service.service import SchedulerService, ServiceConfig
+
+    api = await config.new_client_from_config(config_file=str(args.kubeconfig))
+    service = SchedulerService(api, ServiceConfig(period_s=args.period))
+    elector: LeaderElector | None = None
+    if args.leader_elect:
+        service.leading.clear()
+
+        def changed(leader: bool) -> None:
+            metrics.IS_LEADER.set(1 if leader else 0)
+            (service.leading.set if leader else service.leading.clear)()
+
+        elector = LeaderElector(api, args.identity, on_change=changed)
+    else:
+        metrics.IS_LEADER.set(1)
+
+    def ready() -> bool:
+        return service.ready() and (elector is None or elector.known.is_set())
+
+    runner = await serve(make_app(ready, metrics.REGISTRY), args.metrics_address, args.metrics_port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        async with asyncio.TaskGroup() as tg:
+            work = tg.create_task(service.run())
+            if elector is not None:
+                lead = tg.create_task(elector.run())
+            await stop.wait()
+            work.cancel()
+            if elector is not None:
+                lead.cancel()
+    except* asyncio.CancelledError:
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            await runner.cleanup()
+        await api.close()

@@ -1,0 +1,111 @@
+"""List-and-watch caches of raw API objects (client-go's reflector + store, in asyncio).
+
+Each informer lists once, then watches from the list's resourceVersion with bookmarks; a watch that
+ends is resumed from the last version seen, and a 410 Gone (history compacted) triggers a fresh list
+that replaces the store. Objects are kept as plain dicts keyed ``namespace/name``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+Obj = dict[str, Any]
+Lister = Callable[..., Awaitable[Any]]  # a typed client list function, called with _preload_content=False
+log = structlog.get_logger("ferry.informer")
+
+
+def key_of(obj: Obj) -> str:
+    meta = obj.get("metadata", {})
+    ns = meta.get("namespace")
+    return f"{ns}/{meta['name']}" if ns else str(meta["name"])
+
+
+class Gone(Exception):
+    """The watch's resourceVersion is too old: list again."""
+
+
+class Informer:
+    def __init__(self, name: str, lister: Lister, on_change: Callable[[str, Obj], None] | None = None,
+                 watch_timeout_s: int = 240) -> None:
+        self.name = name
+        self._lister = lister
+        self._on_change = on_change
+        self._timeout = watch_timeout_s
+        self.store: dict[str, Obj] = {}
+        self.synced = asyncio.Event()
+        self._rv = ""
+        self.relists = 0
+
+    def _notify(self, kind: str, obj: Obj) -> None:
+        if self._on_change is not None:
+            self._on_change(kind, obj)
+
+    async def _list(self) -> None:
+        resp = await self._lister(_preload_content=False)
+        data = json.loads(await resp.read())
+        fresh = {key_of(o): o for o in data.get("items", [])}
+        kind = data.get("kind", "").removesuffix("List")
+        for o in fresh.values():  # list items carry no kind
+            o.setdefault("kind", kind)
+        gone = [k for k in self.store if k not in fresh]
+        old = self.store
+        self.store = fresh
+        for k in gone:
+            self._notify("DELETED", old[k])
+        for o in fresh.values():
+            self._notify("SYNC", o)
+        self._rv = data.get("metadata", {}).get("resourceVersion", "")
+        self.relists += 1
+
+    async def _watch(self) -> None:
+        resp = await self._lister(watch=True, resource_version=self._rv, allow_watch_bookmarks=True,
+                                  timeout_seconds=self._timeout, _preload_content=False)
+        async with resp:
+            async for line in resp.content:
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                etype, obj = event.get("type"), event.get("object", {})
+                if etype == "ERROR":
+                    if obj.get("code") == 410:
+                        raise Gone
+                    raise RuntimeError(f"watch error: {obj.get('message')}")
+                rv = obj.get("metadata", {}).get("resourceVersion")
+                if rv:
+                    self._rv = rv
+                if etype == "BOOKMARK":
+                    continue
+                key = key_of(obj)
+                if etype == "DELETED":
+                    self.store.pop(key, None)
+                else:
+                    self.store[key] = obj
+                self._notify(etype, obj)
+
+    async def run(self) -> None:
+        """List, then watch forever; errors back off and resume (relisting when needed)."""
+        backoff = 0.2
+        need_list = True
+        while True:
+            try:
+                if need_list:
+                    await self._list()
+                    need_list = False
+                    self.synced.set()
+                await self._watch()
+                backoff = 0.2
+            except asyncio.CancelledError:
+                raise
+            except Gone:
+                need_list = True
+            except Exception as exc:
+                log.warning("watch failed; retrying", informer=self.name, error=str(exc)[:200], in_s=backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+                if "410" in str(exc):
+                    need_list = True

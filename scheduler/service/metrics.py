@@ -1,0 +1,23 @@
+"""Prometheus metrics of the scheduler service (names follow kube-scheduler's where they overlap)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry()
+_BUCKETS = (0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048, 4.096, 8.192)
+
+ATTEMPTS = Counter("kube_ferry_schedule_attempts_total", "Jobs the scheduler tried to place, by result",
+                   ["result"], registry=REGISTRY)
+CYCLE_SECONDS = Histogram("kube_ferry_scheduling_cycle_duration_seconds", "Wall time of one scheduling cycle",
+                          buckets=_BUCKETS, registry=REGISTRY)
+ATTEMPT_SECONDS = Histogram("kube_ferry_scheduling_attempt_duration_seconds",
+                            "Time from a cycle's start to all of a placed gang's bindings written",
+                            buckets=_BUCKETS, registry=REGISTRY)
+PENDING_JOBS = Gauge("kube_ferry_pending_jobs", "Jobs waiting to be placed", ["queue"], registry=REGISTRY)
+ALLOCATED_GPUS = Gauge("kube_ferry_queue_allocated_gpus", "GPUs allocated to each queue", ["queue"],
+                       registry=REGISTRY)
+PREEMPTIONS = Counter("kube_ferry_preemption_notices_total", "Jobs told they will be evicted", registry=REGISTRY)
+EVICTIONS = Counter("kube_ferry_evictions_total", "Jobs evicted (whole jobs)", registry=REGISTRY)
+BINDINGS = Counter("kube_ferry_bindings_total", "Pod bindings written, by result", ["result"], registry=REGISTRY)
+IS_LEADER = Gauge("kube_ferry_leader", "1 while this replica holds the scheduling lease", registry=REGISTRY)

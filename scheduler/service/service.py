@@ -1,0 +1,221 @@
+"""The compute-cluster scheduler service: informer caches → scheduling core → bounded concurrent writes.
+
+Each cycle snapshots the caches (with this replica's in-flight bindings assumed, so nothing is
+placed twice), runs one core cycle and writes its decisions: bindings (GPU devices recorded on the
+pod first), pending reasons as Events and PodGroup conditions, PodGroup phases. Writes for one job
+run concurrently, bounded across jobs by a semaphore; the API server, not the core, is the limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import structlog
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from scheduler.core.decisions import Bind, CycleResult, Evict, JobStatus, NotifyWillEvict
+from scheduler.core.scheduler import Scheduler, SchedulerConfig
+from scheduler.service import metrics
+from scheduler.service.informer import Informer, Obj, key_of
+from scheduler.service.snapshot import DEVICES_ANNOTATION, SCHEDULER_NAME, Snapshot, build
+
+GROUP, VERSION = "scheduling.kubeferry.io", "v1alpha1"
+log = structlog.get_logger("ferry.scheduler")
+
+
+def _now_iso() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class ServiceConfig:
+    period_s: float = 0.5  # at most this long between cycles; changes wake it sooner
+    write_concurrency: int = 64
+    core: SchedulerConfig = field(default_factory=SchedulerConfig)
+
+
+class SchedulerService:
+    def __init__(self, api: client.ApiClient, config: ServiceConfig | None = None) -> None:
+        self.api = api
+        self.config = config or ServiceConfig()
+        self.core_api = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.wake = asyncio.Event()
+        poke = self._poke
+        self.nodes = Informer("nodes", self.core_api.list_node, poke)
+        self.pods = Informer("pods", self.core_api.list_pod_for_all_namespaces, poke)
+        self.groups = Informer("podgroups", partial(self.custom.list_cluster_custom_object, GROUP, VERSION,
+                                                    "podgroups"), poke)
+        self.queues = Informer("queues", partial(self.custom.list_cluster_custom_object, GROUP, VERSION, "queues"),
+                               poke)
+        self.informers = (self.nodes, self.pods, self.groups, self.queues)
+        self.assumed: dict[str, tuple[str, tuple[int, ...], float]] = {}  # pod -> (node, devices, since)
+        self._said: dict[str, str] = {}  # job -> last reason written (events are not repeated)
+        self._sem = asyncio.Semaphore(self.config.write_concurrency)
+        self.cycles = 0
+        self.leading = asyncio.Event()
+        self.leading.set()
+
+    def _poke(self, _kind: str, _obj: Obj) -> None:
+        self.wake.set()
+
+    async def synced(self) -> None:
+        await asyncio.gather(*(i.synced.wait() for i in self.informers))
+
+    def ready(self) -> bool:
+        return all(i.synced.is_set() for i in self.informers)
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as tg:
+            for inf in self.informers:
+                tg.create_task(inf.run())
+            await self.synced()
+            log.info("caches synced", nodes=len(self.nodes.store), pods=len(self.pods.store))
+            tg.create_task(self._loop())
+
+    async def _loop(self) -> None:
+        while True:
+            await self.leading.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), timeout=self.config.period_s)
+            self.wake.clear()
+            if not self.leading.is_set():
+                continue
+            await self.cycle_once()
+
+    def _view(self) -> dict[str, Obj]:
+        """Cached pods with this replica's bindings applied until the cache shows them."""
+        pods = dict(self.pods.store)
+        now = time.monotonic()
+        for key, (node, devices, since) in list(self.assumed.items()):
+            pod = pods.get(key)
+            if pod is None or pod.get("spec", {}).get("nodeName") or now - since > 60:
+                del self.assumed[key]
+                continue
+            pod = {**pod, "spec": {**pod["spec"], "nodeName": node},
+                   "metadata": {**pod["metadata"], "annotations": {**(pod["metadata"].get("annotations") or {}),
+                                                                  DEVICES_ANNOTATION: ",".join(map(str, devices))}}}
+            pods[key] = pod
+        return pods
+
+    async def cycle_once(self) -> CycleResult:
+        t0 = time.monotonic()
+        snap = build(self.nodes.store, self._view(), self.groups.store, self.queues.store, time.time())
+        sched = Scheduler(snap.cluster, self.config.core)
+        result = sched.cycle(time.time())
+        metrics.CYCLE_SECONDS.observe(time.monotonic() - t0)
+        self.cycles += 1
+        await self._apply(snap, result, t0)
+        for q in snap.cluster.queues.values():
+            metrics.ALLOCATED_GPUS.labels(q.name).set(q.allocated_gpu / 1000)
+            metrics.PENDING_JOBS.labels(q.name).set(sum(1 for j in sched.pending_jobs() if j.queue == q.name))
+        return result
+
+    async def _guard(self, what: str, coro: Awaitable[Any]) -> bool:
+        async with self._sem:
+            try:
+                await coro
+                return True
+            except ApiException as exc:
+                log.warning("write failed", what=what, status=exc.status, reason=exc.reason)
+                return False
+
+    async def _apply(self, snap: Snapshot, result: CycleResult, t0: float) -> None:
+        binds: dict[str, list[Bind]] = {}
+        for d in result.decisions:
+            if isinstance(d, Bind):
+                binds.setdefault(d.job, []).append(d)
+        writes: list[Awaitable[Any]] = [self._bind_job(snap, job, ds, t0) for job, ds in binds.items()]
+        for d in result.decisions:
+            if isinstance(d, JobStatus):
+                writes.append(self._job_status(snap, d.job, d.phase, "Scheduled", "True", "Scheduled", d.reason))
+            elif isinstance(d, NotifyWillEvict):
+                metrics.PREEMPTIONS.inc()
+            elif isinstance(d, Evict):
+                metrics.EVICTIONS.inc()
+        reasons = {**{j: ("Unschedulable", r) for j, r in result.pending_reasons.items()},
+                   **{j: ("Waiting", r) for j, r in snap.waiting.items()},
+                   **{j: ("InvalidSpec", r) for j, r in snap.problems.items()}}
+        for job, (reason, message) in reasons.items():
+            if self._said.get(job) == message:
+                continue
+            self._said[job] = message
+            metrics.ATTEMPTS.labels("unschedulable").inc()
+            writes.append(self._explain(snap, job, reason, message))
+        if writes:
+            await asyncio.gather(*writes)
+
+    async def _bind_job(self, snap: Snapshot, job: str, decisions: list[Bind], t0: float) -> None:
+        pods = snap.pods_of[job]
+        targets = [(pods[(d.task, d.index)], d) for d in decisions]
+        for pod, d in targets:
+            self.assumed[key_of(pod)] = (d.node, d.devices, time.monotonic())
+        results = await asyncio.gather(*(self._bind(pod, d) for pod, d in targets))
+        for (pod, _), ok in zip(targets, results, strict=True):
+            if not ok:
+                self.assumed.pop(key_of(pod), None)
+        metrics.ATTEMPTS.labels("scheduled" if all(results) else "error").inc()
+        metrics.ATTEMPT_SECONDS.observe(time.monotonic() - t0)
+        self._said.pop(job, None)
+
+    async def _bind(self, pod: Obj, d: Bind) -> bool:
+        meta = pod["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        if d.devices:
+            ok = await self._guard(f"devices {ns}/{name}", self.core_api.patch_namespaced_pod(
+                name, ns, {"metadata": {"annotations": {DEVICES_ANNOTATION: ",".join(map(str, d.devices))}}}))
+            if not ok:
+                return False
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "uid": meta.get("uid")},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": d.node}}
+        ok = await self._guard(f"bind {ns}/{name}", self.core_api.create_namespaced_pod_binding(
+            name, ns, body, _preload_content=False))
+        metrics.BINDINGS.labels("ok" if ok else "error").inc()
+        return ok
+
+    async def _explain(self, snap: Snapshot, job: str, reason: str, message: str) -> None:
+        writes: list[Awaitable[Any]] = []
+        for pod in snap.pods_of.get(job, {}).values():
+            writes.append(self._event(pod, "Warning", "FailedScheduling" if reason != "Waiting" else "Waiting",
+                                      message))
+        writes.append(self._job_status(snap, job, "Pending", "Scheduled", "False", reason, message))
+        await asyncio.gather(*writes)
+
+    async def _event(self, pod: Obj, etype: str, reason: str, message: str) -> None:
+        meta = pod["metadata"]
+        now = _now_iso()
+        body = {
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
+                               "namespace": meta["namespace"], "uid": meta.get("uid")},
+            "type": etype, "reason": reason, "message": message[:1024],
+            "source": {"component": SCHEDULER_NAME}, "reportingComponent": SCHEDULER_NAME,
+            "reportingInstance": SCHEDULER_NAME, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }
+        await self._guard("event", self.core_api.create_namespaced_event(meta["namespace"], body))
+
+    async def _job_status(self, snap: Snapshot, job: str, phase: str, ctype: str, status: str, reason: str,
+                          message: str) -> None:
+        group = snap.group_of.get(job)
+        if group is None:
+            return
+        meta = group["metadata"]
+        running = sum(1 for p in snap.pods_of.get(job, {}).values() if p.get("spec", {}).get("nodeName"))
+        if phase == "Running":
+            running = len(snap.pods_of.get(job, {}))
+        st: dict[str, Any] = {"phase": phase, "running": running,
+                              "conditions": [{"type": ctype, "status": status, "reason": reason,
+                                              "message": message[:1024], "lastTransitionTime": _now_iso()}]}
+        if phase == "Running":
+            st["scheduledTime"] = _now_iso()
+        await self._guard("podgroup status", self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, meta["namespace"], "podgroups", meta["name"], {"status": st},
+            _content_type="application/merge-patch+json"))

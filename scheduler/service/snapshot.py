@@ -1,0 +1,241 @@
+"""From cached API objects to the scheduling core's model, and back to what must be written.
+
+Everything policy-related stays in the core; this module only translates: nodes (allocatable,
+GPU topology annotation, domain and model labels), Kube-Ferry pods grouped into jobs by their
+PodGroup, queues from Queue objects, and the resources that pods of other schedulers already use.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.core.model import (
+    GPU_MILLI,
+    Cluster,
+    Device,
+    Job,
+    Node,
+    Queue,
+    QueueRights,
+    Replica,
+    ReplicaPhase,
+    Request,
+    Task,
+    Tier,
+)
+from scheduler.service import quantity
+
+SCHEDULER_NAME = "kube-ferry"
+GPU = "nvidia.com/gpu"
+PREFIX = "kubeferry.io/"
+POD_GROUP_LABEL = PREFIX + "pod-group"
+TASK_LABEL = PREFIX + "task"
+QUEUE_ANNOTATION = PREFIX + "queue"
+GPU_MILLI_ANNOTATION = PREFIX + "gpu-milli"
+DEVICES_ANNOTATION = PREFIX + "gpu-devices"
+TOPOLOGY_ANNOTATION = PREFIX + "gpu-topology"
+MODEL_LABEL = PREFIX + "gpu-model"
+DOMAIN_LABEL = PREFIX + "topology-domain"
+DEFAULT_QUEUE = "default"
+
+Obj = dict[str, Any]
+
+
+class BadSpec(ValueError):
+    """A pod or PodGroup the scheduler cannot act on; the message is shown to the user."""
+
+
+@dataclass
+class Snapshot:
+    cluster: Cluster
+    pods_of: dict[str, dict[tuple[str, int], Obj]]  # job -> (task, index) -> pod
+    group_of: dict[str, Obj | None]  # job -> its PodGroup object (None for a single pod)
+    problems: dict[str, str] = field(default_factory=dict)  # job -> why it cannot be scheduled at all
+    waiting: dict[str, str] = field(default_factory=dict)  # job -> why it is not ready to schedule yet
+
+
+def _terminal(pod: Obj) -> bool:
+    return pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
+
+
+def pod_request(pod: Obj) -> Request:
+    cpu = mem = gpus = 0
+    for c in pod.get("spec", {}).get("containers", []):
+        res = c.get("resources", {}) or {}
+        req = {**(res.get("limits") or {}), **(res.get("requests") or {})}
+        cpu += quantity.milli(req.get("cpu", 0))
+        mem += quantity.mebi(req.get("memory", 0))
+        gpus += int(quantity.parse((res.get("limits") or {}).get(GPU, req.get(GPU, 0))))
+    milli = GPU_MILLI
+    share = pod.get("metadata", {}).get("annotations", {}).get(GPU_MILLI_ANNOTATION)
+    if share is not None:
+        try:
+            milli = int(share)
+        except ValueError:
+            raise BadSpec(f"annotation {GPU_MILLI_ANNOTATION}={share!r} is not a whole number of milli-GPUs") from None
+        if not 1 <= milli <= GPU_MILLI:
+            raise BadSpec(f"annotation {GPU_MILLI_ANNOTATION}={milli} must be between 1 and {GPU_MILLI}")
+        if gpus > 1:
+            raise BadSpec(f"a pod asks {gpus} whole GPUs and a share ({GPU_MILLI_ANNOTATION}); ask one or the other")
+        gpus = 1
+    selector = frozenset((pod.get("spec", {}).get("nodeSelector") or {}).items())
+    return Request(cpu_milli=cpu, mem_mib=mem, gpus=gpus, gpu_milli=milli, selector=selector)
+
+
+def build_node(obj: Obj) -> Node:
+    meta, status = obj.get("metadata", {}), obj.get("status", {})
+    alloc = status.get("allocatable", {})
+    gpus = int(quantity.parse(alloc.get(GPU, 0)))
+    groups: dict[int, int] = {}
+    topo = meta.get("annotations", {}).get(TOPOLOGY_ANNOTATION)
+    if topo:
+        try:
+            for gi, members in enumerate(json.loads(topo).get("nvlinkGroups", [])):
+                for d in members:
+                    groups[int(d)] = gi
+        except (ValueError, TypeError, AttributeError):
+            groups = {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", []))
+    labels = meta.get("labels", {})
+    return Node(
+        name=meta["name"],
+        cpu_milli=quantity.milli(alloc.get("cpu", 0)),
+        mem_mib=quantity.mebi(alloc.get("memory", 0)),
+        max_pods=int(quantity.parse(alloc.get("pods", 110))),
+        devices=[Device(i, group=groups.get(i, 0)) for i in range(gpus)],
+        model=labels.get(MODEL_LABEL, ""),
+        domain=labels.get(DOMAIN_LABEL, ""),
+        schedulable=ready and not obj.get("spec", {}).get("unschedulable", False),
+        labels=dict(labels),
+    )
+
+
+def build_queue(obj: Obj) -> Queue:
+    spec = obj.get("spec", {})
+    pre = spec.get("preemption", {})
+    guaranteed = spec.get("guaranteed", {}).get("gpu")
+    maximum = spec.get("max", {}).get("gpu")
+    return Queue(
+        name=obj["metadata"]["name"],
+        guaranteed_gpu=quantity.milli(guaranteed) if guaranteed is not None else 0,
+        max_gpu=quantity.milli(maximum) if maximum is not None else None,
+        weight=float(spec.get("weight", 1)),
+        rights=QueueRights(preempt_own_elastic=pre.get("preemptOwnElastic", True), reclaim=pre.get("reclaim", True),
+                           privileged=pre.get("privileged", False)),
+        preemptor_delay_s=float(pre.get("preemptorDelaySeconds", 0)),
+        victim_grace_s=float(pre.get("victimGraceSeconds", 30)),
+    )
+
+
+def build(nodes: dict[str, Obj], pods: dict[str, Obj], groups: dict[str, Obj], queues: dict[str, Obj],
+          now: float) -> Snapshot:
+    cluster_nodes = {}
+    for obj in nodes.values():
+        node = build_node(obj)
+        cluster_nodes[node.name] = node
+    cluster_queues = {q.name: q for q in (build_queue(o) for o in queues.values())}
+    cluster_queues.setdefault(DEFAULT_QUEUE, Queue(DEFAULT_QUEUE))
+    ns_queue: dict[str, str] = {}
+    for o in queues.values():
+        for ns in o.get("spec", {}).get("namespaces", []) or []:
+            ns_queue.setdefault(ns, o["metadata"]["name"])
+    snap = Snapshot(Cluster(cluster_nodes, cluster_queues, now=now), {}, {})
+
+    members: dict[str, list[Obj]] = defaultdict(list)
+    for pod in pods.values():
+        spec = pod.get("spec", {})
+        node_name = spec.get("nodeName")
+        if spec.get("schedulerName") != SCHEDULER_NAME:
+            if node_name and not _terminal(pod) and node_name in cluster_nodes:
+                _charge_foreign(cluster_nodes[node_name], pod)
+            continue
+        if _terminal(pod) or pod["metadata"].get("deletionTimestamp"):
+            continue
+        meta = pod["metadata"]
+        group = meta.get("labels", {}).get(POD_GROUP_LABEL)
+        job_key = f"{meta['namespace']}/{group}" if group else f"{meta['namespace']}/pod/{meta['name']}"
+        members[job_key].append(pod)
+
+    for job_name, job_pods in members.items():
+        ns = job_pods[0]["metadata"]["namespace"]
+        group_name = job_pods[0]["metadata"].get("labels", {}).get(POD_GROUP_LABEL)
+        group = groups.get(f"{ns}/{group_name}") if group_name else None
+        snap.group_of[job_name] = group
+        try:
+            job, by_replica = _job(job_name, job_pods, group, ns_queue, cluster_queues)
+        except BadSpec as exc:
+            snap.problems[job_name] = str(exc)
+            snap.pods_of[job_name] = {(p["metadata"]["name"], 0): p for p in job_pods}
+            continue
+        if group_name and group is None:
+            snap.waiting[job_name] = f"PodGroup {group_name} does not exist (yet)"
+            snap.pods_of[job_name] = by_replica
+            continue
+        if len(job.replicas) < job.gang_size:
+            snap.waiting[job_name] = f"waiting for gang members: {len(job.replicas)} of {job.gang_size} pods exist"
+            snap.pods_of[job_name] = by_replica
+            continue
+        snap.cluster.jobs[job_name] = job
+        snap.pods_of[job_name] = by_replica
+    return snap
+
+
+def _charge_foreign(node: Node, pod: Obj) -> None:
+    """Pods of other schedulers (or bound by hand) use the node too."""
+    try:
+        req = pod_request(pod)
+    except (BadSpec, ValueError):
+        return
+    node.used_cpu += req.cpu_milli
+    node.used_mem += req.mem_mib
+    node.pods += 1
+    free = [d for d in node.devices if d.free == GPU_MILLI]
+    for d in free[: req.gpus]:
+        d.free = 0
+
+
+def _job(name: str, pods: list[Obj], group: Obj | None, ns_queue: dict[str, str],
+         queues: dict[str, Queue]) -> tuple[Job, dict[tuple[str, int], Obj]]:
+    ns = pods[0]["metadata"]["namespace"]
+    gspec = (group or {}).get("spec", {})
+    queue = (gspec.get("queue") or pods[0]["metadata"].get("annotations", {}).get(QUEUE_ANNOTATION)
+             or ns_queue.get(ns) or DEFAULT_QUEUE)
+    if queue not in queues:
+        raise BadSpec(f"queue {queue!r} does not exist")
+    by_task: dict[str, list[Obj]] = defaultdict(list)
+    for p in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        by_task[p["metadata"].get("labels", {}).get(TASK_LABEL, "worker")].append(p)
+    tasks: list[Task] = []
+    replicas: list[Replica] = []
+    by_replica: dict[tuple[str, int], Obj] = {}
+    min_task = gspec.get("minTaskMember", {}) or {}
+    for task, task_pods in by_task.items():
+        requests = {pod_request(p) for p in task_pods}
+        if len(requests) > 1:
+            raise BadSpec(f"pods of task {task!r} ask for different resources; give each role its own "
+                          f"{TASK_LABEL} label")
+        (req,) = requests
+        tasks.append(Task(task, len(task_pods), req, min_available=min_task.get(task)))
+        for i, p in enumerate(task_pods):
+            by_replica[(task, i)] = p
+            node = p.get("spec", {}).get("nodeName")
+            devices = tuple(int(d) for d in p["metadata"].get("annotations", {}).get(DEVICES_ANNOTATION, "").split(",")
+                            if d.strip().isdigit())
+            replicas.append(Replica(task, i, ReplicaPhase.BOUND if node else ReplicaPhase.PENDING, node, devices))
+    created = min((p["metadata"].get("creationTimestamp", "") for p in pods), default="")
+    tier = Tier.ELASTIC if gspec.get("tier") == "Elastic" else Tier.GUARANTEED
+    job = Job(name, queue, tasks, submit_time=_ts(created), tier=tier, priority=int(gspec.get("priority", 0)),
+              min_member=gspec.get("minMember") if group else None, replicas=replicas,
+              elastic_max=(gspec.get("elastic") or {}).get("max"), main_task=gspec.get("mainTask"))
+    return job, by_replica
+
+
+def _ts(text: str) -> float:
+    from datetime import datetime
+
+    if not text:
+        return 0.0
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()

@@ -1,0 +1,149 @@
+"""The scheduler service on the real compute cluster: gangs, reasons, fractional GPUs."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from ferry.cluster.planes import ControlPlanes
+from ferry.cluster.process import Component
+from tests.helpers import eventually
+
+GROUP, VERSION = "scheduling.kubeferry.io", "v1alpha1"
+
+
+@pytest.fixture(scope="session")
+def ferry_scheduler(planes: ControlPlanes) -> Iterator[Component]:
+    planes.install_crds()
+    comp = planes.add_scheduler()
+    comp.start()
+    comp.wait_ready()
+    yield comp
+    comp.stop()
+
+
+@pytest.fixture
+async def private_node(compute_api: client.ApiClient, compute_ns: str) -> str:
+    """A GPU node only this test's pods select (label ferry-test=<namespace>)."""
+    core = client.CoreV1Api(compute_api)
+    nodes = (await core.list_node(label_selector="type=kwok,!ferry-test")).items
+    name = sorted(n.metadata.name for n in nodes)[-1]
+    await core.patch_node(name, {"metadata": {"labels": {"ferry-test": compute_ns}}})
+    return name
+
+
+def pod(name: str, ns: str, *, gpus: int = 1, group: str | None = None, milli: int | None = None,
+        duration: str | None = None) -> dict[str, Any]:
+    labels = {"kubeferry.io/pod-group": group} if group else {}
+    annotations = {}
+    if milli is not None:
+        annotations["kubeferry.io/gpu-milli"] = str(milli)
+    if duration:
+        annotations["kubeferry.io/sim-duration"] = duration
+    limits = {"nvidia.com/gpu": str(gpus)} if milli is None else {}
+    return {
+        "metadata": {"name": name, "labels": labels, "annotations": annotations},
+        "spec": {"schedulerName": "kube-ferry", "nodeSelector": {"ferry-test": ns}, "restartPolicy": "Never",
+                 "containers": [{"name": "main", "image": "trainer", "resources": {"limits": limits}}]},
+    }
+
+
+async def _sa(core: client.CoreV1Api, ns: str) -> bool:
+    return any(sa.metadata.name == "default" for sa in (await core.list_namespaced_service_account(ns)).items)
+
+
+async def test_gang_waits_whole_then_binds_in_one_cycle(
+    ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str, private_node: str
+) -> None:
+    core = client.CoreV1Api(compute_api)
+    custom = client.CustomObjectsApi(compute_api)
+    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
+    await core.create_namespaced_pod(compute_ns, pod("blocker", compute_ns))
+    await eventually(lambda: _node_of(core, compute_ns, "blocker"), timeout=30, what="blocker bound")
+    await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": "train"},
+        "spec": {"minMember": 8}})
+    for i in range(8):
+        await core.create_namespaced_pod(compute_ns, pod(f"train-{i}", compute_ns, group="train"))
+
+    async def pending_reason() -> str | None:
+        pg = await custom.get_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", "train")
+        conds = pg.get("status", {}).get("conditions", [])
+        return next((c["message"] for c in conds if c["type"] == "Scheduled" and c["status"] == "False"
+                     and c["reason"] == "Unschedulable"), None)
+
+    message = await eventually(pending_reason, timeout=30, what="PodGroup Unschedulable condition")
+    assert "gang of 8 replica(s) needs 8 GPUs all at once" in message
+    events = (await core.list_namespaced_event(compute_ns, field_selector="involvedObject.name=train-0")).items
+    assert any(e.reason == "FailedScheduling" and "needs 8 GPUs" in e.message for e in events)
+    pods = (await core.list_namespaced_pod(compute_ns, label_selector="kubeferry.io/pod-group=train")).items
+    assert not any(p.spec.node_name for p in pods)  # nothing partially bound
+
+    await core.delete_namespaced_pod("blocker", compute_ns, grace_period_seconds=0)
+
+    async def all_bound() -> list[Any] | None:
+        items = (await core.list_namespaced_pod(compute_ns, label_selector="kubeferry.io/pod-group=train")).items
+        return items if all(p.spec.node_name for p in items) else None
+
+    bound = await eventually(all_bound, timeout=30, what="all 8 bound")
+    assert {p.spec.node_name for p in bound} == {private_node}
+    devices = sorted(int(p.metadata.annotations["kubeferry.io/gpu-devices"]) for p in bound)
+    assert devices == list(range(8))
+    pg = await custom.get_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", "train")
+    await eventually(lambda: _phase(custom, compute_ns), timeout=15, what="PodGroup Running")
+    assert pg["metadata"]["name"] == "train"
+
+
+async def _phase(custom: client.CustomObjectsApi, ns: str) -> bool:
+    pg = await custom.get_namespaced_custom_object(GROUP, VERSION, ns, "podgroups", "train")
+    return bool(pg.get("status", {}).get("phase") == "Running")
+
+
+async def _node_of(core: client.CoreV1Api, ns: str, name: str) -> str | None:
+    p = await core.read_namespaced_pod(name, ns)
+    return p.spec.node_name  # type: ignore[no-any-return]
+
+
+async def test_four_quarter_gpu_pods_share_one_device(
+    ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str, private_node: str
+) -> None:
+    core = client.CoreV1Api(compute_api)
+    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
+    for i in range(4):
+        await core.create_namespaced_pod(compute_ns, pod(f"share-{i}", compute_ns, milli=250))
+
+    async def placed() -> list[Any] | None:
+        items = (await core.list_namespaced_pod(compute_ns)).items
+        return items if len(items) == 4 and all(p.spec.node_name for p in items) else None
+
+    items = await eventually(placed, timeout=30, what="four shares bound")
+    devices = {p.metadata.annotations["kubeferry.io/gpu-devices"] for p in items}
+    assert len(devices) == 1  # one device, never over-committed: 4 x 250 = 1000
+    await core.create_namespaced_pod(compute_ns, pod("share-4", compute_ns, milli=250))
+    p4 = await eventually(lambda: _node_of(core, compute_ns, "share-4"), timeout=30, what="fifth share bound")
+    assert p4 == private_node
+    fifth = (await core.read_namespaced_pod("share-4", compute_ns)).metadata.annotations["kubeferry.io/gpu-devices"]
+    assert fifth not in devices
+
+
+async def test_missing_queue_is_explained_and_others_still_schedule(
+    ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str, private_node: str
+) -> None:
+    core = client.CoreV1Api(compute_api)
+    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
+    bad = pod("lost", compute_ns)
+    bad["metadata"]["annotations"]["kubeferry.io/queue"] = f"nope-{uuid.uuid4().hex[:4]}"
+    await core.create_namespaced_pod(compute_ns, bad)
+    await core.create_namespaced_pod(compute_ns, pod("fine", compute_ns))
+    await eventually(lambda: _node_of(core, compute_ns, "fine"), timeout=30, what="other pod bound")
+
+    async def explained() -> bool:
+        events = (await core.list_namespaced_event(compute_ns, field_selector="involvedObject.name=lost")).items
+        return any("does not exist" in e.message for e in events)
+
+    await eventually(explained, timeout=30, what="event about the missing queue")
+    assert (await core.read_namespaced_pod("lost", compute_ns)).spec.node_name is None
