@@ -230,6 +230,39 @@ class Scheduler:
                     f"({queue.allocated_gpu / 1000:g} in use, job needs {job.gpu_demand() / 1000:g})")
         return None
 
+    # ------------------------------------------------------------- carry-over
+    def carry_over(self, previous: Scheduler) -> None:
+        """Take over the decisions in flight of the scheduler that ran the previous cycle on an older
+        snapshot of the same cluster (services rebuild the model from their caches every cycle): victims
+        and their deadlines, preemptors, holds, and each job's preemption and backfill history."""
+        self.cycles = previous.cycles
+        jobs = self.cluster.jobs
+        for name, old in previous.cluster.jobs.items():
+            job = jobs.get(name)
+            if job is None or job.phase.terminal:
+                continue
+            job.last_victim_cycle, job.last_victim_at = old.last_victim_cycle, old.last_victim_at
+            job.bypassed, job.preempt_retry_at = old.bypassed, old.preempt_retry_at
+            job.privileged_since = old.privileged_since
+            if old.phase is JobPhase.WILL_EVICT and job.phase is JobPhase.RUNNING:
+                job.phase, job.will_evict_deadline = JobPhase.WILL_EVICT, old.will_evict_deadline
+                job.will_evict_by = old.will_evict_by
+            elif old.phase is JobPhase.PRIVILEGED and job.phase is JobPhase.PENDING:
+                job.phase = JobPhase.PRIVILEGED
+        for name, nodes in previous._reserved.items():
+            if name in jobs and not jobs[name].phase.terminal and jobs[name].pending():
+                self._reserved[name] = tuple(n for n in nodes if n in self.cluster.nodes)
+                jobs[name].reserved_nodes = self._reserved[name]
+        for preemptor, victims in previous._victims.items():
+            if preemptor in jobs:
+                live = {v: None for v in victims if v in jobs and jobs[v].phase is JobPhase.WILL_EVICT}
+                if live:
+                    self._victims[preemptor] = live
+        # victims whose preemptor is unknown here (e.g. after a restart) keep their deadline
+        for job in jobs.values():
+            if job.phase is JobPhase.WILL_EVICT and not any(job.name in v for v in self._victims.values()):
+                self._victims[job.will_evict_by or f"restart:{job.name}"][job.name] = None
+
     # ----------------------------------------------------------------- cycle
     def cycle(self, now: float) -> CycleResult:
         self.cycles += 1
@@ -285,8 +318,8 @@ class Scheduler:
         """A preemptor that started without its victims' capacity releases them."""
         for preemptor, victims in list(self._victims.items()):
             job = self.cluster.jobs.get(preemptor)
-            if job is not None and job.phase is JobPhase.PRIVILEGED:
-                continue
+            if (job is not None and job.phase is JobPhase.PRIVILEGED) or preemptor.startswith("restart:"):
+                continue  # still waiting; or notices given before a restart, which are honoured
             for name in victims:
                 self._cancel_victim(name, f"capacity for {preemptor} freed up elsewhere", result)
             del self._victims[preemptor]

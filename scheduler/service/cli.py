@@ -20,6 +20,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--leader-elect", action="store_true", help="schedule only while holding the Lease")
     p.add_argument("--identity", default=f"{socket.gethostname()}-{os.getpid()}")
     p.add_argument("--period", type=float, default=0.5, help="seconds between cycles at most")
+    p.add_argument("--min-runtime", type=float, default=300.0,
+                   help="seconds a job runs before it may be preempted (victim protection)")
+    p.add_argument("--reservation-after", type=float, default=1800.0,
+                   help="seconds a passed-over job waits before nodes are held for it")
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=run)
 
@@ -39,13 +43,15 @@ def run(args: argparse.Namespace) -> int:
 async def _main(args: argparse.Namespace) -> None:
     from kubernetes_asyncio import config
 
+    from scheduler.core.scheduler import SchedulerConfig
     from scheduler.service import metrics
     from scheduler.service.leader import LeaderElector
     from scheduler.service.server import make_app, serve
     from scheduler.service.service import SchedulerService, ServiceConfig
 
     api = await config.new_client_from_config(config_file=str(args.kubeconfig))
-    service = SchedulerService(api, ServiceConfig(period_s=args.period))
+    core = SchedulerConfig(min_runtime_s=args.min_runtime, reservation_after_s=args.reservation_after)
+    service = SchedulerService(api, ServiceConfig(period_s=args.period, core=core))
     elector: LeaderElector | None = None
     if args.leader_elect:
         service.leading.clear()

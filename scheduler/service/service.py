@@ -21,11 +21,18 @@ import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from scheduler.core.decisions import Bind, CycleResult, Evict, JobStatus, NotifyWillEvict
+from scheduler.core.decisions import Bind, CancelEviction, CycleResult, Evict, JobStatus, NotifyWillEvict, Shrink
 from scheduler.core.scheduler import Scheduler, SchedulerConfig
 from scheduler.service import metrics
 from scheduler.service.informer import Informer, Obj, key_of
-from scheduler.service.snapshot import DEVICES_ANNOTATION, SCHEDULER_NAME, Snapshot, build
+from scheduler.service.snapshot import (
+    DEVICES_ANNOTATION,
+    SCHEDULER_NAME,
+    WILL_EVICT_AT,
+    WILL_EVICT_BY,
+    Snapshot,
+    build,
+)
 
 GROUP, VERSION = "scheduling.kubeferry.io", "v1alpha1"
 log = structlog.get_logger("ferry.scheduler")
@@ -61,6 +68,7 @@ class SchedulerService:
         self._said: dict[str, str] = {}  # job -> last reason written (events are not repeated)
         self._sem = asyncio.Semaphore(self.config.write_concurrency)
         self.cycles = 0
+        self._previous: Scheduler | None = None  # last cycle's core, whose decisions in flight carry over
         self.leading = asyncio.Event()
         self.leading.set()
 
@@ -110,7 +118,10 @@ class SchedulerService:
         t0 = time.monotonic()
         snap = build(self.nodes.store, self._view(), self.groups.store, self.queues.store, time.time())
         sched = Scheduler(snap.cluster, self.config.core)
+        if self._previous is not None:
+            sched.carry_over(self._previous)
         result = sched.cycle(time.time())
+        self._previous = sched
         metrics.CYCLE_SECONDS.observe(time.monotonic() - t0)
         self.cycles += 1
         await self._apply(snap, result, t0)
@@ -139,8 +150,14 @@ class SchedulerService:
                 writes.append(self._job_status(snap, d.job, d.phase, "Scheduled", "True", "Scheduled", d.reason))
             elif isinstance(d, NotifyWillEvict):
                 metrics.PREEMPTIONS.inc()
+                writes.append(self._notify(snap, d))
+            elif isinstance(d, CancelEviction):
+                writes.append(self._cancel(snap, d))
             elif isinstance(d, Evict):
                 metrics.EVICTIONS.inc()
+                writes.append(self._evict(snap, d.job, None, d.reason))
+            elif isinstance(d, Shrink):
+                writes.append(self._evict(snap, d.job, {(t, i) for t, i, _ in d.replicas}, d.reason))
         reasons = {**{j: ("Unschedulable", r) for j, r in result.pending_reasons.items()},
                    **{j: ("Waiting", r) for j, r in snap.waiting.items()},
                    **{j: ("InvalidSpec", r) for j, r in snap.problems.items()}}
@@ -180,6 +197,57 @@ class SchedulerService:
             name, ns, body, _preload_content=False))
         metrics.BINDINGS.labels("ok" if ok else "error").inc()
         return ok
+
+    def _bound_pods(self, snap: Snapshot, job: str) -> list[Obj]:
+        return [p for p in snap.pods_of.get(job, {}).values() if p.get("spec", {}).get("nodeName")]
+
+    async def _notify(self, snap: Snapshot, d: NotifyWillEvict) -> None:
+        """Tell a victim's pods when they will be evicted, so the workload can checkpoint first."""
+        at = dt.datetime.fromtimestamp(d.deadline, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        writes: list[Awaitable[Any]] = []
+        for pod in self._bound_pods(snap, d.job):
+            meta = pod["metadata"]
+            writes.append(self._guard("notice", self.core_api.patch_namespaced_pod(
+                meta["name"], meta["namespace"],
+                {"metadata": {"annotations": {WILL_EVICT_AT: at, WILL_EVICT_BY: d.preemptor}}})))
+            writes.append(self._guard("notice condition", self.core_api.patch_namespaced_pod_status(
+                meta["name"], meta["namespace"], {"status": {"conditions": [{
+                    "type": "kubeferry.io/WillEvict", "status": "True", "reason": "Preempting",
+                    "message": d.reason[:1024], "lastTransitionTime": _now_iso()}]}})))
+            writes.append(self._event(pod, "Warning", "Preempting", d.reason))
+        writes.append(self._job_status(snap, d.job, "WillEvict", "Evicting", "True", "Preempting", d.reason))
+        await asyncio.gather(*writes)
+
+    async def _cancel(self, snap: Snapshot, d: CancelEviction) -> None:
+        writes: list[Awaitable[Any]] = []
+        for pod in self._bound_pods(snap, d.job):
+            meta = pod["metadata"]
+            writes.append(self._guard("cancel notice", self.core_api.patch_namespaced_pod(
+                meta["name"], meta["namespace"], {"metadata": {"annotations": {WILL_EVICT_AT: None,
+                                                                               WILL_EVICT_BY: None}}})))
+            writes.append(self._guard("cancel condition", self.core_api.patch_namespaced_pod_status(
+                meta["name"], meta["namespace"], {"status": {"conditions": [{
+                    "type": "kubeferry.io/WillEvict", "status": "False", "reason": "EvictionCancelled",
+                    "message": d.reason[:1024], "lastTransitionTime": _now_iso()}]}})))
+            writes.append(self._event(pod, "Normal", "EvictionCancelled", d.reason))
+        writes.append(self._job_status(snap, d.job, "Running", "Evicting", "False", "EvictionCancelled", d.reason))
+        await asyncio.gather(*writes)
+
+    async def _evict(self, snap: Snapshot, job: str, only: set[tuple[str, int]] | None, reason: str) -> None:
+        """Evict through the Eviction API (honouring the pods' grace periods): the whole job, or some replicas."""
+        writes: list[Awaitable[Any]] = []
+        for (task, index), pod in snap.pods_of.get(job, {}).items():
+            if only is not None and (task, index) not in only:
+                continue
+            meta = pod["metadata"]
+            body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                    "metadata": {"name": meta["name"], "namespace": meta["namespace"]}}
+            writes.append(self._event(pod, "Warning", "Preempted", reason))
+            writes.append(self._guard("evict", self.core_api.create_namespaced_pod_eviction(
+                meta["name"], meta["namespace"], body, _preload_content=False)))
+        if only is None:
+            writes.append(self._job_status(snap, job, "Evicted", "Evicting", "True", "Preempted", reason))
+        await asyncio.gather(*writes)
 
     async def _explain(self, snap: Snapshot, job: str, reason: str, message: str) -> None:
         writes: list[Awaitable[Any]] = []

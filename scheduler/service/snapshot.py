@@ -17,6 +17,7 @@ from scheduler.core.model import (
     Cluster,
     Device,
     Job,
+    JobPhase,
     Node,
     Queue,
     QueueRights,
@@ -36,6 +37,8 @@ TASK_LABEL = PREFIX + "task"
 QUEUE_ANNOTATION = PREFIX + "queue"
 GPU_MILLI_ANNOTATION = PREFIX + "gpu-milli"
 DEVICES_ANNOTATION = PREFIX + "gpu-devices"
+WILL_EVICT_AT = PREFIX + "will-evict-at"  # RFC 3339: the job is evicted then unless the notice is cancelled
+WILL_EVICT_BY = PREFIX + "will-evict-by"
 TOPOLOGY_ANNOTATION = PREFIX + "gpu-topology"
 MODEL_LABEL = PREFIX + "gpu-model"
 DOMAIN_LABEL = PREFIX + "topology-domain"
@@ -230,6 +233,14 @@ def _job(name: str, pods: list[Obj], group: Obj | None, ns_queue: dict[str, str]
     job = Job(name, queue, tasks, submit_time=_ts(created), tier=tier, priority=int(gspec.get("priority", 0)),
               min_member=gspec.get("minMember") if group else None, replicas=replicas,
               elastic_max=(gspec.get("elastic") or {}).get("max"), main_task=gspec.get("mainTask"))
+    notices = [p["metadata"].get("annotations", {}).get(WILL_EVICT_AT) for p in pods
+               if p.get("spec", {}).get("nodeName")]
+    notice = next((n for n in notices if n), None)
+    if notice and job.bound():
+        job.phase = JobPhase.WILL_EVICT
+        job.will_evict_deadline = _ts(notice)
+        job.will_evict_by = next((p["metadata"].get("annotations", {}).get(WILL_EVICT_BY) for p in pods
+                                  if p["metadata"].get("annotations", {}).get(WILL_EVICT_BY)), None)
     return job, by_replica
 
 

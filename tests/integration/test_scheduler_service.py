@@ -19,7 +19,7 @@ GROUP, VERSION = "scheduling.kubeferry.io", "v1alpha1"
 @pytest.fixture(scope="session")
 def ferry_scheduler(planes: ControlPlanes) -> Iterator[Component]:
     planes.install_crds()
-    comp = planes.add_scheduler()
+    comp = planes.add_scheduler(extra=("--min-runtime=0",))
     comp.start()
     comp.wait_ready()
     yield comp
@@ -37,13 +37,15 @@ async def private_node(compute_api: client.ApiClient, compute_ns: str) -> str:
 
 
 def pod(name: str, ns: str, *, gpus: int = 1, group: str | None = None, milli: int | None = None,
-        duration: str | None = None) -> dict[str, Any]:
+        duration: str | None = None, queue: str | None = None) -> dict[str, Any]:
     labels = {"kubeferry.io/pod-group": group} if group else {}
     annotations = {}
     if milli is not None:
         annotations["kubeferry.io/gpu-milli"] = str(milli)
     if duration:
         annotations["kubeferry.io/sim-duration"] = duration
+    if queue:
+        annotations["kubeferry.io/queue"] = queue
     limits = {"nvidia.com/gpu": str(gpus)} if milli is None else {}
     return {
         "metadata": {"name": name, "labels": labels, "annotations": annotations},
@@ -147,3 +149,52 @@ async def test_missing_queue_is_explained_and_others_still_schedule(
 
     await eventually(explained, timeout=30, what="event about the missing queue")
     assert (await core.read_namespaced_pod("lost", compute_ns)).spec.node_name is None
+
+
+async def test_guaranteed_gang_preempts_elastic_job_after_its_grace(
+    ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str, private_node: str
+) -> None:
+    core = client.CoreV1Api(compute_api)
+    custom = client.CustomObjectsApi(compute_api)
+    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
+    queue = f"q-{compute_ns}"
+    await custom.create_cluster_custom_object(GROUP, VERSION, "queues", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": queue},
+        "spec": {"namespaces": [compute_ns], "guaranteed": {"gpu": "8"},
+                 "preemption": {"victimGraceSeconds": 6}}})
+    try:
+        for name, tier in (("el", "Elastic"), ("g", "Guaranteed")):
+            await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
+                "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": name},
+                "spec": {"minMember": 8, "tier": tier, "queue": queue}})
+        for i in range(8):
+            await core.create_namespaced_pod(compute_ns, pod(f"el-{i}", compute_ns, group="el"))
+
+        async def group_bound(group: str) -> list[Any] | None:
+            items = (await core.list_namespaced_pod(compute_ns, label_selector=f"kubeferry.io/pod-group={group}")).items
+            return items if len(items) == 8 and all(p.spec.node_name for p in items) else None
+
+        await eventually(lambda: group_bound("el"), timeout=30, what="elastic job running")
+        for i in range(8):
+            await core.create_namespaced_pod(compute_ns, pod(f"g-{i}", compute_ns, group="g"))
+
+        async def noticed() -> str | None:
+            p = await core.read_namespaced_pod("el-0", compute_ns)
+            return (p.metadata.annotations or {}).get("kubeferry.io/will-evict-at")
+
+        deadline = await eventually(noticed, timeout=30, what="eviction notice on the victim")
+        victim = await core.read_namespaced_pod("el-0", compute_ns)
+        conds = {c.type: c for c in victim.status.conditions or []}
+        assert conds["kubeferry.io/WillEvict"].status == "True"
+        assert victim.metadata.deletion_timestamp is None  # not yet: it has its grace to checkpoint
+        import datetime as dt
+
+        await eventually(lambda: group_bound("g"), timeout=40, what="guaranteed gang bound")
+        now = dt.datetime.now(dt.UTC)
+        assert now >= dt.datetime.fromisoformat(deadline.replace("Z", "+00:00"))  # only after the deadline
+        left = (await core.list_namespaced_pod(compute_ns, label_selector="kubeferry.io/pod-group=el")).items
+        assert all(p.metadata.deletion_timestamp or not p.spec.node_name for p in left)
+        events = (await core.list_namespaced_event(compute_ns, field_selector="involvedObject.name=el-0")).items
+        assert {"Preempting", "Preempted"} <= {e.reason for e in events}
+    finally:
+        await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
