@@ -19,7 +19,7 @@ GROUP, VERSION = "scheduling.kubeferry.io", "v1alpha1"
 @pytest.fixture(scope="session")
 def ferry_scheduler(planes: ControlPlanes) -> Iterator[Component]:
     planes.install_crds()
-    comp = planes.add_scheduler(extra=("--min-runtime=0",))
+    comp = planes.add_scheduler(extra=("--min-runtime=0", "--leader-elect", "--identity=primary"))
     comp.start()
     comp.wait_ready()
     yield comp
@@ -198,3 +198,42 @@ async def test_guaranteed_gang_preempts_elastic_job_after_its_grace(
         assert {"Preempting", "Preempted"} <= {e.reason for e in events}
     finally:
         await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
+
+
+async def test_standby_takes_over_when_the_leader_dies(
+    planes: ControlPlanes, ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str,
+    private_node: str
+) -> None:
+    import time
+
+    core = client.CoreV1Api(compute_api)
+    coord = client.CoordinationV1Api(compute_api)
+    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
+    standby = planes.components.get("kube-ferry-scheduler-standby") or planes.add_scheduler(
+        name="kube-ferry-scheduler-standby", extra=("--min-runtime=0", "--leader-elect", "--identity=standby"))
+    standby.start()
+    standby.wait_ready()
+
+    async def holder() -> str:
+        lease = await coord.read_namespaced_lease("kube-ferry-scheduler", "kube-system")
+        return str(lease.spec.holder_identity)
+
+    leader = await holder()
+    victim = ferry_scheduler if leader == "primary" else standby
+    victim.kill()
+    killed = time.monotonic()
+    for i in range(4):
+        await core.create_namespaced_pod(compute_ns, pod(f"after-{i}", compute_ns))
+
+    async def all_bound() -> list[Any] | None:
+        items = (await core.list_namespaced_pod(compute_ns)).items
+        return items if len(items) == 4 and all(p.spec.node_name for p in items) else None
+
+    items = await eventually(all_bound, timeout=30, what="pods bound by the new leader")
+    took = time.monotonic() - killed
+    assert took <= 15, f"takeover took {took:.1f} s"
+    assert await holder() != leader
+    devices = sorted(p.metadata.annotations["kubeferry.io/gpu-devices"] for p in items)
+    assert len(set(devices)) == 4  # four different GPUs: nothing placed twice
+    victim.start()  # back as the standby
+    victim.wait_ready()
