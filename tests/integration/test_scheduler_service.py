@@ -237,3 +237,105 @@ async def test_standby_takes_over_when_the_leader_dies(
     assert len(set(devices)) == 4  # four different GPUs: nothing placed twice
     victim.start()  # back as the standby
     victim.wait_ready()
+
+
+async def test_invalid_specs_are_rejected_by_the_api_server(ferry_scheduler: Component, compute_api: client.ApiClient,
+                                                            compute_ns: str) -> None:
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    custom = client.CustomObjectsApi(compute_api)
+    with pytest.raises(ApiException) as bad_group:
+        await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": "bad"},
+            "spec": {"minMember": 0}})
+    assert bad_group.value.status == 422
+    assert "spec.minMember" in bad_group.value.body
+    with pytest.raises(ApiException) as bad_queue:
+        await custom.create_cluster_custom_object(GROUP, VERSION, "queues", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": f"bad-{compute_ns}"},
+            "spec": {"guaranteed": {"gpu": "8"}, "max": {"gpu": "4"}}})
+    assert bad_queue.value.status == 422
+    assert "spec.max.gpu must be at least spec.guaranteed.gpu" in bad_queue.value.body
+
+
+async def test_multi_gpu_pod_gets_linked_gpus(ferry_scheduler: Component, compute_api: client.ApiClient,
+                                              compute_ns: str, private_node: str) -> None:
+    core = client.CoreV1Api(compute_api)
+    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
+    await core.create_namespaced_pod(compute_ns, pod("one", compute_ns, gpus=1))
+    await eventually(lambda: _node_of(core, compute_ns, "one"), timeout=30, what="one bound")
+    await core.create_namespaced_pod(compute_ns, pod("four", compute_ns, gpus=4))
+    await eventually(lambda: _node_of(core, compute_ns, "four"), timeout=30, what="four bound")
+    four = await core.read_namespaced_pod("four", compute_ns)
+    devices = sorted(int(d) for d in four.metadata.annotations["kubeferry.io/gpu-devices"].split(","))
+    assert devices in ([0, 1, 2, 3], [4, 5, 6, 7])  # one NVLink group of the node's topology
+    one = await core.read_namespaced_pod("one", compute_ns)
+    assert one.metadata.annotations["kubeferry.io/gpu-devices"] not in map(str, devices)
+
+
+async def test_partly_bound_gang_is_completed(ferry_scheduler: Component, compute_api: client.ApiClient,
+                                              compute_ns: str, private_node: str) -> None:
+    """As after a restart in the middle of binding a gang: the members left unbound follow at once."""
+    core = client.CoreV1Api(compute_api)
+    custom = client.CustomObjectsApi(compute_api)
+    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
+    for i in range(2):  # bound by hand, as a crashed scheduler would have left them
+        body = pod(f"m-{i}", compute_ns, group="m")
+        body["spec"]["nodeName"] = private_node
+        body["metadata"]["annotations"]["kubeferry.io/gpu-devices"] = str(i)
+        await core.create_namespaced_pod(compute_ns, body)
+    for i in range(2, 4):
+        await core.create_namespaced_pod(compute_ns, pod(f"m-{i}", compute_ns, group="m"))
+    await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": "m"}, "spec": {"minMember": 4}})
+
+    async def all_bound() -> list[Any] | None:
+        items = (await core.list_namespaced_pod(compute_ns)).items
+        return items if len(items) == 4 and all(p.spec.node_name for p in items) else None
+
+    items = await eventually(all_bound, timeout=15, what="rest of the gang bound")
+    devices = [p.metadata.annotations["kubeferry.io/gpu-devices"] for p in items]
+    assert sorted(devices) == ["0", "1", "2", "3"]  # the hand-bound devices were respected
+
+
+async def test_reclaim_returns_a_guarantee_whole_jobs_elastic_first(
+    ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str, private_node: str
+) -> None:
+    core = client.CoreV1Api(compute_api)
+    custom = client.CustomObjectsApi(compute_api)
+    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
+    qa, qb = f"a-{compute_ns}", f"b-{compute_ns}"
+    for q in (qa, qb):
+        await custom.create_cluster_custom_object(GROUP, VERSION, "queues", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": q},
+            "spec": {"guaranteed": {"gpu": "4"}, "preemption": {"victimGraceSeconds": 3}}})
+    try:
+        # tenant a fills the idle node: a guaranteed 2-GPU job, then two elastic 3-GPU jobs borrow b's share
+        specs = [("a-g", qa, "Guaranteed", 2), ("a-e1", qa, "Elastic", 3), ("a-e2", qa, "Elastic", 3)]
+        for name, q, tier, n in specs:
+            await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
+                "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": name},
+                "spec": {"minMember": n, "tier": tier, "queue": q}})
+            for i in range(n):
+                await core.create_namespaced_pod(compute_ns, pod(f"{name}-{i}", compute_ns, group=name))
+
+        async def bound(group: str, n: int) -> bool:
+            items = (await core.list_namespaced_pod(compute_ns, label_selector=f"kubeferry.io/pod-group={group}")).items
+            live = [p for p in items if p.spec.node_name and not p.metadata.deletion_timestamp]
+            return len(live) == n
+
+        for name, _, _, n in specs:
+            await eventually(lambda name=name, n=n: bound(name, n), timeout=30, what=f"{name} running")
+        await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": "b-g"},
+            "spec": {"minMember": 3, "queue": qb}})
+        for i in range(3):
+            await core.create_namespaced_pod(compute_ns, pod(f"b-g-{i}", compute_ns, group="b-g"))
+        await eventually(lambda: bound("b-g", 3), timeout=40, what="b's job running after reclaim")
+        # whole elastic jobs went (one was enough for 3 GPUs); a's guaranteed job was never touched
+        assert await bound("a-g", 2)
+        survivors = [await bound("a-e1", 3), await bound("a-e2", 3)]
+        assert survivors.count(True) == 1
+    finally:
+        for q in (qa, qb):
+            await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", q)
