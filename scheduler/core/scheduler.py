@@ -380,7 +380,7 @@ class Scheduler:
                 # search assumed; everyone else keeps off every hold.
                 excluded = (self.reserved_nodes(except_job=name, starving_only=privileged) if own
                             else blocked_all)
-                placed = self.placer.place_gang(job, job.pending(), excluded)
+                placed = self._place(job, excluded)
                 if placed is None:
                     why = self._why_unfit(job, bool(excluded))
                     if own:
@@ -408,6 +408,27 @@ class Scheduler:
                 if not self.config.backfill:
                     return  # strict FIFO: nothing may pass the first job that does not fit
             heapq.heappush(heap, (self.queue_key(queue, tier), qname))
+
+    def _gang_part(self, job: Job) -> list[Replica]:
+        """The pending replicas that complete the gang's minimum (all of them for a rigid gang)."""
+        missing = max(0, job.gang_size - len(job.bound()))
+        return job.pending()[:missing]
+
+    def _place(self, job: Job, excluded: frozenset[str]) -> list[Placement] | None:
+        """The gang's minimum all-or-nothing, then any replicas beyond it one by one, as room allows."""
+        pending = job.pending()
+        core = self._gang_part(job)
+        placed: list[Placement] = []
+        if core:
+            got = self.placer.place_gang(job, core, excluded)
+            if got is None:
+                return None
+            placed += got
+        for replica in pending[len(core):]:
+            extra = self.placer.place_gang(job, [replica], excluded)
+            if extra:
+                placed += extra
+        return placed or None
 
     def _why_unfit(self, job: Job, reservations: bool) -> str:
         tasks = job.task_by_name
@@ -473,7 +494,7 @@ class Scheduler:
             # the more nodes drain for it (the first to empty take it). In the limit it holds everything,
             # like strict FIFO, so its wait stays bounded however long the jobs around it run.
             periods = int((now - job.submit_time) // cfg.reservation_after_s) - 1
-            nodes = self._pick_reservation(job, age, periods, previous.get(name, ()))
+            nodes = self._pick_reservation(job, age, min(periods, cfg.max_hold_doublings), previous.get(name, ()))
             if nodes is None:
                 continue
             size = sum(len(self.cluster.nodes[n].devices) * 1000 for n in nodes)
@@ -515,7 +536,7 @@ class Scheduler:
         if not need:
             return None
         biggest = need[0]
-        want = len(need) * (2 ** min(max(extra, 0), self.config.max_hold_doublings) if biggest.gpus > 1 else 1)
+        want = len(need) * (2 ** max(extra, 0) if biggest.gpus > 1 else 1)
 
         def usable(n: Node) -> bool:
             return (n.schedulable and n.name not in taken and len(n.devices) >= biggest.gpus
@@ -649,7 +670,7 @@ class Scheduler:
                 continue
             saved[victim.name] = self._lift(victim)
             chosen.append(victim)
-            fit = self.placer.place_gang(job, job.pending(), excluded)
+            fit = self.placer.place_gang(job, self._gang_part(job), excluded)
             if fit is not None:
                 break
         if fit is None:
@@ -662,14 +683,14 @@ class Scheduler:
         # fewest victims: drop any victim the gang does not need after all (most expensive first)
         for victim in sorted(chosen, key=lambda v: -self._cost(v, now)):
             self._restore(victim, saved[victim.name])
-            trial = self.placer.place_gang(job, job.pending(), excluded)
+            trial = self.placer.place_gang(job, self._gang_part(job), excluded)
             if trial is None:
                 saved[victim.name] = self._lift(victim)
                 continue
             for p in trial:
                 self.placer.release(job, p.replica, ReplicaPhase.PENDING)
             chosen.remove(victim)
-        trial = self.placer.place_gang(job, job.pending(), excluded)
+        trial = self.placer.place_gang(job, self._gang_part(job), excluded)
         assert trial is not None, "victim set stopped fitting"
         if not chosen:  # it fits without anyone leaving (on nodes held for others): nothing to do here
             for p in trial:
@@ -706,7 +727,7 @@ class Scheduler:
             for r in extra:
                 lifted.append((victim, r, r.node or "", r.devices))
                 self.placer.release(victim, r, ReplicaPhase.PENDING)
-                placed = self.placer.place_gang(job, job.pending(), excluded)
+                placed = self.placer.place_gang(job, self._gang_part(job), excluded)
                 if placed is None:
                     continue
                 by_job: dict[str, list[tuple[str, int, str]]] = defaultdict(list)

@@ -255,3 +255,18 @@ def test_preemptors_of_one_queue_do_not_claim_more_than_its_guarantee() -> None:
     res = s.cycle(1)
     notices = res.of(NotifyWillEvict)
     assert len(notices) == 2  # b's guarantee is 2 GPUs: the third job may not reclaim
+
+
+def test_replicas_beyond_the_gang_minimum_are_placed_as_room_allows() -> None:
+    c = cluster([node("n1", 4)])
+    s = scheduler(c)
+    s.submit(gang("hold", "default", 1, 1))
+    s.cycle(0)
+    s.submit(gang("el", "default", 4, 1, min_member=2, submit=1))
+    res = s.cycle(1)
+    assert len([b for b in res.of(Bind) if isinstance(b, Bind) and b.job == "el"]) == 3  # minimum 2 + 1 extra
+    assert c.jobs["el"].phase is JobPhase.RUNNING
+    s.finish("hold")
+    res = s.cycle(2)
+    assert [b.job for b in res.of(Bind) if isinstance(b, Bind)] == ["el"]  # the last one follows
+    assert len(c.jobs["el"].bound()) == 4
