@@ -66,6 +66,7 @@ class SchedulerService:
         self.informers = (self.nodes, self.pods, self.groups, self.queues)
         self.assumed: dict[str, tuple[str, tuple[int, ...], float]] = {}  # pod -> (node, devices, since)
         self._said: dict[str, str] = {}  # job -> last reason written (events are not repeated)
+        self._queue_status: dict[str, dict[str, Any]] = {}
         self._sem = asyncio.Semaphore(self.config.write_concurrency)
         self.cycles = 0
         self._previous: Scheduler | None = None  # last cycle's core, whose decisions in flight carry over
@@ -125,9 +126,36 @@ class SchedulerService:
         metrics.CYCLE_SECONDS.observe(time.monotonic() - t0)
         self.cycles += 1
         await self._apply(snap, result, t0)
+        pending: dict[str, int] = {}
+        for j in sched.pending_jobs():
+            pending[j.queue] = pending.get(j.queue, 0) + 1
+        running: dict[str, int] = {}
+        for j in snap.cluster.jobs.values():
+            if j.phase.holds_resources:
+                running[j.queue] = running.get(j.queue, 0) + 1
+        borrowed_total = sum(max(0, q.allocated_gpu - q.guaranteed_gpu) for q in snap.cluster.queues.values())
+        writes = []
         for q in snap.cluster.queues.values():
             metrics.ALLOCATED_GPUS.labels(q.name).set(q.allocated_gpu / 1000)
-            metrics.PENDING_JOBS.labels(q.name).set(sum(1 for j in sched.pending_jobs() if j.queue == q.name))
+            metrics.PENDING_JOBS.labels(q.name).set(pending.get(q.name, 0))
+            if q.name not in self.queues.store:
+                continue
+            idle_guarantee = max(0, q.guaranteed_gpu - q.allocated_gpu)
+            status = {
+                "allocated": {"gpu": f"{q.allocated_gpu / 1000:g}"},
+                "pending": {"gpu": f"{sched.pending_gpu.get(q.name, 0) / 1000:g}"},
+                "borrowed": {"gpu": f"{max(0, q.allocated_gpu - q.guaranteed_gpu) / 1000:g}"},
+                "lent": {"gpu": f"{min(idle_guarantee, borrowed_total) / 1000:g}"},
+                "runningJobs": running.get(q.name, 0),
+                "pendingJobs": pending.get(q.name, 0),
+            }
+            if self._queue_status.get(q.name) != status:
+                self._queue_status[q.name] = status
+                writes.append(self._guard("queue status", self.custom.patch_cluster_custom_object_status(
+                    GROUP, VERSION, "queues", q.name, {"status": status},
+                    _content_type="application/merge-patch+json")))
+        if writes:
+            await asyncio.gather(*writes)
         return result
 
     async def _guard(self, what: str, coro: Awaitable[Any]) -> bool:

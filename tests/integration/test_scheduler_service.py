@@ -332,6 +332,15 @@ async def test_reclaim_returns_a_guarantee_whole_jobs_elastic_first(
         for i in range(3):
             await core.create_namespaced_pod(compute_ns, pod(f"b-g-{i}", compute_ns, group="b-g"))
         await eventually(lambda: bound("b-g", 3), timeout=40, what="b's job running after reclaim")
+
+        async def queue_status() -> dict[str, Any] | None:
+            q = await custom.get_cluster_custom_object(GROUP, VERSION, "queues", qb)
+            st: dict[str, Any] = q.get("status", {})
+            return st if st.get("allocated", {}).get("gpu") == "3" else None
+
+        st = await eventually(queue_status, timeout=15, what="queue status shows b's allocation")
+        assert st["runningJobs"] == 1
+        assert st["borrowed"]["gpu"] == "0"
         # whole elastic jobs went (one was enough for 3 GPUs); a's guaranteed job was never touched
         assert await bound("a-g", 2)
         survivors = [await bound("a-e1", 3), await bound("a-e2", 3)]
