@@ -238,13 +238,17 @@ class SchedulerService:
             writes.append(self._guard("notice", self.core_api.patch_namespaced_pod(
                 meta["name"], meta["namespace"],
                 {"metadata": {"annotations": {WILL_EVICT_AT: at, WILL_EVICT_BY: d.preemptor}}})))
-            writes.append(self._guard("notice condition", self.core_api.patch_namespaced_pod_status(
-                meta["name"], meta["namespace"], {"status": {"conditions": [{
-                    "type": "kubeferry.io/WillEvict", "status": "True", "reason": "Preempting",
-                    "message": d.reason[:1024], "lastTransitionTime": _now_iso()}]}})))
+            writes.append(self._will_evict_condition(pod, "True", "Preempting", d.reason))
             writes.append(self._event(pod, "Warning", "Preempting", d.reason))
         writes.append(self._job_status(snap, d.job, "WillEvict", "Evicting", "True", "Preempting", d.reason))
         await asyncio.gather(*writes)
+
+    def _will_evict_condition(self, pod: Obj, status: str, reason: str, message: str) -> Awaitable[bool]:
+        meta = pod["metadata"]
+        return self._guard("will-evict condition", self.core_api.patch_namespaced_pod_status(
+            meta["name"], meta["namespace"], {"status": {"conditions": [{
+                "type": "kubeferry.io/WillEvict", "status": status, "reason": reason,
+                "message": message[:1024], "lastTransitionTime": _now_iso()}]}}))
 
     async def _cancel(self, snap: Snapshot, d: CancelEviction) -> None:
         writes: list[Awaitable[Any]] = []
@@ -253,10 +257,7 @@ class SchedulerService:
             writes.append(self._guard("cancel notice", self.core_api.patch_namespaced_pod(
                 meta["name"], meta["namespace"], {"metadata": {"annotations": {WILL_EVICT_AT: None,
                                                                                WILL_EVICT_BY: None}}})))
-            writes.append(self._guard("cancel condition", self.core_api.patch_namespaced_pod_status(
-                meta["name"], meta["namespace"], {"status": {"conditions": [{
-                    "type": "kubeferry.io/WillEvict", "status": "False", "reason": "EvictionCancelled",
-                    "message": d.reason[:1024], "lastTransitionTime": _now_iso()}]}})))
+            writes.append(self._will_evict_condition(pod, "False", "EvictionCancelled", d.reason))
             writes.append(self._event(pod, "Normal", "EvictionCancelled", d.reason))
         writes.append(self._job_status(snap, d.job, "Running", "Evicting", "False", "EvictionCancelled", d.reason))
         await asyncio.gather(*writes)

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+from scheduler.core.fairshare import water_fill
 from scheduler.core.model import Cluster, Job, Queue
 from scheduler.core.scheduler import Scheduler, SchedulerConfig
 
@@ -34,24 +35,8 @@ class VolcanoLike(Scheduler):
     def deserved(self) -> dict[str, float]:
         """The proportion plugin: capacity water-filled by weight, each queue capped at its request."""
         queues = self.cluster.queues
-        request = {q: queues[q].allocated_gpu + self.pending_gpu.get(q, 0) for q in queues}
-        deserved = dict.fromkeys(queues, 0.0)
-        total = float(self.placer.capacity)
-        active = [q for q in queues if request[q] > 0]
-        remaining = total
-        while active and remaining > 1e-6:
-            weight = sum(queues[q].weight for q in active)
-            met = []
-            for q in active:
-                deserved[q] += remaining * queues[q].weight / weight
-                if deserved[q] >= request[q]:
-                    deserved[q] = float(request[q])
-                    met.append(q)
-            remaining = total - sum(deserved.values())
-            if not met:
-                break
-            active = [q for q in active if q not in met]
-        return deserved
+        request = {q: float(queues[q].allocated_gpu + self.pending_gpu.get(q, 0)) for q in queues}
+        return water_fill(request, {q: queues[q].weight for q in queues}, float(self.placer.capacity))
 
     def queue_key(self, queue: Queue, tier: int) -> tuple[float, ...]:
         deserved = self._deserved.get(queue.name, 0.0)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.core.decisions import Evict, JobStatus, NotifyWillEvict
+from scheduler.core.fairshare import water_fill
 from scheduler.core.model import Cluster, Device, Job, JobPhase, Node, Queue, Request, Task
 from scheduler.core.scheduler import Scheduler, SchedulerConfig
 from scheduler.sim.baselines import VolcanoLike, fifo
@@ -132,25 +133,6 @@ def make_scheduler(policy: str, cluster: Cluster) -> Scheduler:
     raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
 
 
-def _water_fill(demand: dict[str, float], weight: dict[str, float], capacity: float) -> dict[str, float]:
-    out = dict.fromkeys(demand, 0.0)
-    active = [t for t, d in demand.items() if d > 0]
-    remaining = capacity
-    while active and remaining > 1e-9:
-        total_w = sum(weight[t] for t in active)
-        met = []
-        for t in active:
-            out[t] += remaining * weight[t] / total_w
-            if out[t] >= demand[t]:
-                out[t] = demand[t]
-                met.append(t)
-        remaining = capacity - sum(out.values())
-        if not met:
-            break
-        active = [t for t in active if t not in met]
-    return out
-
-
 @dataclass
 class PhillyResult:
     policy: str
@@ -205,7 +187,7 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
             if pending:
                 busy_while_waiting += allocated * dt
                 waiting_time += dt
-            fair = _water_fill({t: float(d) for t, d in demand.items()}, weight, float(capacity_gpus))
+            fair = water_fill({t: float(d) for t, d in demand.items()}, weight, float(capacity_gpus))
             for t, q in cluster.queues.items():
                 stats[t].received_gpu_s += q.allocated_gpu / 1000 * dt
                 stats[t].entitled_gpu_s += fair.get(t, 0.0) * dt

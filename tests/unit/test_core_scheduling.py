@@ -270,3 +270,11 @@ def test_replicas_beyond_the_gang_minimum_are_placed_as_room_allows() -> None:
     res = s.cycle(2)
     assert [b.job for b in res.of(Bind) if isinstance(b, Bind)] == ["el"]  # the last one follows
     assert len(c.jobs["el"].bound()) == 4
+
+
+def test_water_fill_is_weighted_max_min_fair() -> None:
+    from scheduler.core.fairshare import water_fill
+
+    out = water_fill({"a": 10.0, "b": 100.0, "c": 100.0}, {"a": 1.0, "b": 1.0, "c": 2.0}, 90.0)
+    assert out["a"] == 10.0  # asks less than its share: gets what it asks
+    assert abs(out["b"] - 80 / 3) < 1e-9 and abs(out["c"] - 160 / 3) < 1e-9  # the rest 1:2
