@@ -430,9 +430,29 @@ class Scheduler:
                 placed += extra
         return placed or None
 
+    def _never_fits(self, req: Request) -> str | None:
+        """Why no node of the cluster could host ``req`` even if it were empty, or None."""
+        nodes = [n for n in self.cluster.nodes.values() if n.schedulable]
+        if not nodes:
+            return "no schedulable node"
+        if not any(len(n.devices) >= req.gpus for n in nodes):
+            return f"no node has {req.gpus} GPUs (the largest has {max(len(n.devices) for n in nodes)})"
+        if not any(n.cpu_milli >= req.cpu_milli and n.mem_mib >= req.mem_mib for n in nodes):
+            return f"no node has {req.cpu_milli}m CPU and {req.mem_mib} MiB memory"
+        if req.models and not any(n.model in req.models for n in nodes):
+            return f"no node has a GPU of model {' or '.join(sorted(req.models))}"
+        if req.selector and not any(all(n.labels.get(k) == v for k, v in req.selector) for n in nodes):
+            wanted = ",".join(f"{k}={v}" for k, v in sorted(req.selector))
+            return f"no node matches the node selector {wanted}"
+        return None
+
     def _why_unfit(self, job: Job, reservations: bool) -> str:
         tasks = job.task_by_name
         need = [tasks[r.task].request for r in job.pending()]
+        for req in need:
+            never = self._never_fits(req)
+            if never is not None:
+                return f"cannot be scheduled: {never}"
         gpus = sum(r.gpu_total for r in need) / 1000
         biggest = max((r.gpus for r in need), default=0)
         largest = self.placer.max_free_whole()

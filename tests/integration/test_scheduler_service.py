@@ -149,6 +149,13 @@ async def test_missing_queue_is_explained_and_others_still_schedule(
 
     await eventually(explained, timeout=30, what="event about the missing queue")
     assert (await core.read_namespaced_pod("lost", compute_ns)).spec.node_name is None
+    await core.create_namespaced_pod(compute_ns, pod("huge", compute_ns, gpus=16))
+
+    async def impossible() -> bool:
+        events = (await core.list_namespaced_event(compute_ns, field_selector="involvedObject.name=huge")).items
+        return any("cannot be scheduled: no node has 16 GPUs (the largest has 8)" in e.message for e in events)
+
+    await eventually(impossible, timeout=30, what="event about the impossible request")
 
 
 async def test_guaranteed_gang_preempts_elastic_job_after_its_grace(

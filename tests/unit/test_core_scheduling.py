@@ -278,3 +278,11 @@ def test_water_fill_is_weighted_max_min_fair() -> None:
     out = water_fill({"a": 10.0, "b": 100.0, "c": 100.0}, {"a": 1.0, "b": 1.0, "c": 2.0}, 90.0)
     assert out["a"] == 10.0  # asks less than its share: gets what it asks
     assert abs(out["b"] - 80 / 3) < 1e-9 and abs(out["c"] - 160 / 3) < 1e-9  # the rest 1:2
+
+
+def test_a_request_no_node_can_hold_is_called_impossible() -> None:
+    c = cluster([node("n1", 8)])
+    s = scheduler(c)
+    s.submit(gang("huge", "default", 1, 16))
+    res = s.cycle(0)
+    assert res.pending_reasons["huge"] == "cannot be scheduled: no node has 16 GPUs (the largest has 8)"
