@@ -174,7 +174,9 @@ class SchedulerService:
                 binds.setdefault(d.job, []).append(d)
         writes: list[Awaitable[Any]] = [self._bind_job(snap, job, ds, t0) for job, ds in binds.items()]
         for d in result.decisions:
-            if isinstance(d, JobStatus):
+            if isinstance(d, JobStatus) and d.phase == "Privileged":  # waiting for its victims to leave
+                writes.append(self._job_status(snap, d.job, d.phase, "Scheduled", "False", "Preempting", d.reason))
+            elif isinstance(d, JobStatus):
                 writes.append(self._job_status(snap, d.job, d.phase, "Scheduled", "True", "Scheduled", d.reason))
             elif isinstance(d, NotifyWillEvict):
                 metrics.PREEMPTIONS.inc()

@@ -355,3 +355,85 @@ async def test_reclaim_returns_a_guarantee_whole_jobs_elastic_first(
     finally:
         for q in (qa, qb):
             await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", q)
+
+
+async def _make_queue(custom: client.CustomObjectsApi, name: str, ns: str, **preemption: Any) -> None:
+    await custom.create_cluster_custom_object(GROUP, VERSION, "queues", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": name},
+        "spec": {"namespaces": [ns], "guaranteed": {"gpu": "8"}, "preemption": preemption}})
+
+
+async def _make_group(core: client.CoreV1Api, custom: client.CustomObjectsApi, ns: str, name: str, n: int,
+                      tier: str, queue: str) -> None:
+    await custom.create_namespaced_custom_object(GROUP, VERSION, ns, "podgroups", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": name},
+        "spec": {"minMember": n, "tier": tier, "queue": queue}})
+    for i in range(n):
+        await core.create_namespaced_pod(ns, pod(f"{name}-{i}", ns, group=name))
+
+
+async def _running(core: client.CoreV1Api, ns: str, group: str, n: int) -> bool:
+    items = (await core.list_namespaced_pod(ns, label_selector=f"kubeferry.io/pod-group={group}")).items
+    return len([p for p in items if p.spec.node_name and not p.metadata.deletion_timestamp]) == n
+
+
+async def test_pending_eviction_is_cancelled_when_capacity_frees_up(
+    ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str, private_node: str
+) -> None:
+    core, custom = client.CoreV1Api(compute_api), client.CustomObjectsApi(compute_api)
+    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
+    queue = f"c-{compute_ns}"
+    await _make_queue(custom, queue, compute_ns, victimGraceSeconds=60)
+    try:
+        await _make_group(core, custom, compute_ns, "el", 4, "Elastic", queue)
+        await _make_group(core, custom, compute_ns, "f", 4, "Guaranteed", queue)
+        for g in ("el", "f"):
+            await eventually(lambda g=g: _running(core, compute_ns, g, 4), timeout=30, what=f"{g} running")
+        await _make_group(core, custom, compute_ns, "g", 4, "Guaranteed", queue)
+
+        async def notice() -> str | None:
+            p = await core.read_namespaced_pod("el-0", compute_ns)
+            return (p.metadata.annotations or {}).get("kubeferry.io/will-evict-at")
+
+        await eventually(notice, timeout=30, what="eviction notice")
+        for i in range(4):  # capacity frees up before the deadline
+            await core.delete_namespaced_pod(f"f-{i}", compute_ns, grace_period_seconds=0)
+        await eventually(lambda: _running(core, compute_ns, "g", 4), timeout=30, what="preemptor running")
+
+        async def cancelled() -> bool:
+            p = await core.read_namespaced_pod("el-0", compute_ns)
+            conds = {c.type: c for c in p.status.conditions or []}
+            c = conds.get("kubeferry.io/WillEvict")
+            return bool(c and c.status == "False" and c.reason == "EvictionCancelled"
+                        and "kubeferry.io/will-evict-at" not in (p.metadata.annotations or {}))
+
+        await eventually(cancelled, timeout=30, what="eviction cancelled")
+        assert await _running(core, compute_ns, "el", 4)
+    finally:
+        await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
+
+
+async def test_a_queue_without_the_right_does_not_preempt(
+    ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str, private_node: str
+) -> None:
+    core, custom = client.CoreV1Api(compute_api), client.CustomObjectsApi(compute_api)
+    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
+    queue = f"n-{compute_ns}"
+    await _make_queue(custom, queue, compute_ns, preemptOwnElastic=False, victimGraceSeconds=1)
+    try:
+        await _make_group(core, custom, compute_ns, "el", 8, "Elastic", queue)
+        await eventually(lambda: _running(core, compute_ns, "el", 8), timeout=30, what="elastic running")
+        await _make_group(core, custom, compute_ns, "g", 4, "Guaranteed", queue)
+
+        async def explained() -> bool:
+            pg = await custom.get_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", "g")
+            conds = pg.get("status", {}).get("conditions", [])
+            return any(c.get("reason") == "Unschedulable" for c in conds)
+
+        await eventually(explained, timeout=30, what="preemptor explained as unschedulable")
+        p = await core.read_namespaced_pod("el-0", compute_ns)
+        assert "kubeferry.io/will-evict-at" not in (p.metadata.annotations or {})
+        assert await _running(core, compute_ns, "el", 8)
+        assert not await _running(core, compute_ns, "g", 4)
+    finally:
+        await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
