@@ -50,7 +50,8 @@ async def _main(args: argparse.Namespace) -> None:
     from scheduler.service.service import SchedulerService, ServiceConfig
 
     api = await config.new_client_from_config(config_file=str(args.kubeconfig))
-    core = SchedulerConfig(min_runtime_s=args.min_runtime, reservation_after_s=args.reservation_after)
+    core = SchedulerConfig(min_runtime_s=args.min_runtime, reservation_after_s=args.reservation_after,
+                           grow_elastic=False)
     service = SchedulerService(api, ServiceConfig(period_s=args.period, core=core))
     elector: LeaderElector | None = None
     if args.leader_elect:

@@ -103,7 +103,7 @@ class Informer:
                 raise
             except Gone:
                 need_list = True
-            except Exception as exc:
+            except Exception as exc:  # any API or network failure: retry with back-off
                 log.warning("watch failed; retrying", informer=self.name, error=str(exc)[:200], in_s=backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)

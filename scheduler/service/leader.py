@@ -83,7 +83,7 @@ class LeaderElector:
                 self._set(await self._try())
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:
+            except Exception as exc:  # cannot reach the API: we cannot know we still lead
                 log.warning("lease renewal failed", error=str(exc)[:200])
                 self._set(False)
             await asyncio.sleep(self.renew_every_s)

@@ -46,7 +46,9 @@ def _now_iso() -> str:
 class ServiceConfig:
     period_s: float = 0.5  # at most this long between cycles; changes wake it sooner
     write_concurrency: int = 64
-    core: SchedulerConfig = field(default_factory=SchedulerConfig)
+    # Growing elastic jobs means binding more of their existing pods, which allocation already does;
+    # the core's growth step adds replicas, which only simulators can create.
+    core: SchedulerConfig = field(default_factory=lambda: SchedulerConfig(grow_elastic=False))
 
 
 class SchedulerService:
@@ -98,7 +100,11 @@ class SchedulerService:
             self.wake.clear()
             if not self.leading.is_set():
                 continue
-            await self.cycle_once()
+            try:
+                await self.cycle_once()
+            except Exception:  # one bad cycle must not stop scheduling; the next starts afresh
+                log.exception("scheduling cycle failed")
+                self._previous = None
 
     def _view(self) -> dict[str, Obj]:
         """Cached pods with this replica's bindings applied until the cache shows them."""
@@ -202,7 +208,7 @@ class SchedulerService:
 
     async def _bind_job(self, snap: Snapshot, job: str, decisions: list[Bind], t0: float) -> None:
         pods = snap.pods_of[job]
-        targets = [(pods[(d.task, d.index)], d) for d in decisions]
+        targets = [(pods[(d.task, d.index)], d) for d in decisions if (d.task, d.index) in pods]
         for pod, d in targets:
             self.assumed[key_of(pod)] = (d.node, d.devices, time.monotonic())
         results = await asyncio.gather(*(self._bind(pod, d) for pod, d in targets))

@@ -437,3 +437,29 @@ async def test_a_queue_without_the_right_does_not_preempt(
         assert not await _running(core, compute_ns, "g", 4)
     finally:
         await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
+
+
+async def test_elastic_job_is_shrunk_before_anyone_is_killed(
+    ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str, private_node: str
+) -> None:
+    core, custom = client.CoreV1Api(compute_api), client.CustomObjectsApi(compute_api)
+    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
+    queue = f"s-{compute_ns}"
+    await _make_queue(custom, queue, compute_ns, victimGraceSeconds=60)
+    try:
+        await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": "el"},
+            "spec": {"minMember": 2, "tier": "Elastic", "queue": queue, "elastic": {"min": 2, "max": 6}}})
+        for i in range(6):
+            await core.create_namespaced_pod(compute_ns, pod(f"el-{i}", compute_ns, group="el"))
+        await eventually(lambda: _running(core, compute_ns, "el", 6), timeout=30, what="elastic job at 6")
+        await _make_group(core, custom, compute_ns, "g", 4, "Guaranteed", queue)
+        await eventually(lambda: _running(core, compute_ns, "g", 4), timeout=30, what="guaranteed job running")
+        assert await _running(core, compute_ns, "el", 4)  # shrunk by two, still above its minimum
+        left = (await core.list_namespaced_pod(compute_ns, label_selector="kubeferry.io/pod-group=el")).items
+        alive = sorted(p.metadata.name for p in left if not p.metadata.deletion_timestamp)
+        assert alive == ["el-0", "el-1", "el-2", "el-3"]  # the newest replicas went
+        for p in left:
+            assert "kubeferry.io/will-evict-at" not in (p.metadata.annotations or {})  # no whole job was told to go
+    finally:
+        await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
