@@ -143,7 +143,7 @@ class PhillyResult:
 
 def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes: int = 96,
              gpus_per_node: int = 8, progress: Callable[[str], None] | None = None,
-             notes: list[str] | None = None, debug: bool = False) -> PhillyResult:
+             notes: list[str] | None = None) -> PhillyResult:
     notes = notes if notes is not None else []
     capacity_gpus = nodes * gpus_per_node
     runnable = []
@@ -259,10 +259,6 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
     all_waits = [w for s in stats.values() for w in s.waits]
     all_jcts = [w for s in stats.values() for w in s.jcts]
     big_waits = [lj.waited for lj in live.values() if lj.trace.gpus > gpus_per_node]
-    if debug:
-        for name, lj in live.items():
-            if lj.trace.gpus > gpus_per_node and lj.waited > 30000:
-                print(name, lj.trace, round(lj.waited))
     xs = [s.received_gpu_s / s.entitled_gpu_s for s in stats.values() if s.entitled_gpu_s > 0]
     jain = (sum(xs) ** 2) / (len(xs) * sum(x * x for x in xs)) if xs else 1.0
     metrics: dict[str, Any] = {
