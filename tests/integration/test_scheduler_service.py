@@ -463,3 +463,25 @@ async def test_elastic_job_is_shrunk_before_anyone_is_killed(
             assert "kubeferry.io/will-evict-at" not in (p.metadata.annotations or {})  # no whole job was told to go
     finally:
         await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
+
+
+async def test_a_gang_lands_in_one_topology_domain(ferry_scheduler: Component, compute_api: client.ApiClient,
+                                                   compute_ns: str) -> None:
+    core, custom = client.CoreV1Api(compute_api), client.CustomObjectsApi(compute_api)
+    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
+    await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": "wide"},
+        "spec": {"minMember": 3}})
+    for i in range(3):
+        body = pod(f"wide-{i}", compute_ns, gpus=8, group="wide", duration="20s")
+        del body["spec"]["nodeSelector"]
+        await core.create_namespaced_pod(compute_ns, body)
+
+    async def placed() -> list[Any] | None:
+        items = (await core.list_namespaced_pod(compute_ns)).items
+        return items if len(items) == 3 and all(p.spec.node_name for p in items) else None
+
+    items = await eventually(placed, timeout=30, what="gang of three 8-GPU pods bound")
+    nodes = [await core.read_node(p.spec.node_name) for p in items]
+    assert len({n.metadata.name for n in nodes}) == 3
+    assert len({n.metadata.labels["kubeferry.io/topology-domain"] for n in nodes}) == 1
