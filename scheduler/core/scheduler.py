@@ -12,7 +12,7 @@ import bisect
 import heapq
 import itertools
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from scheduler.core.decisions import (
@@ -90,10 +90,23 @@ class Scheduler:
         self._victims: dict[str, dict[str, None]] = defaultdict(dict)
         self._outside: CycleResult = CycleResult()  # decisions taken between cycles, reported by the next
         self._claims: dict[str, int] = {}
+        self._never: dict[Request, str | None] = {}  # per cycle: why a request fits no node at all
         for job in cluster.jobs.values():
             self._adopt(job)
+        for job in cluster.jobs.values():
+            if job.phase is JobPhase.WILL_EVICT:
+                self._adopt_notice(job)
 
     # ------------------------------------------------------------ job intake
+    def _adopt_notice(self, victim: Job) -> None:
+        """A victim told to leave before this scheduler existed (a restart): its deadline stands, and a
+        preemptor still waiting for it goes back to waiting for its victims rather than choosing anew."""
+        preemptor = self.cluster.jobs.get(victim.will_evict_by or "")
+        if preemptor is not None and preemptor.phase is JobPhase.PENDING:
+            preemptor.phase = JobPhase.PRIVILEGED
+        key = preemptor.name if preemptor is not None else f"restart:{victim.name}"
+        self._victims[key][victim.name] = None
+
     def _adopt(self, job: Job) -> None:
         """Account a job already known to the cluster (e.g. bound pods found on restart)."""
         tasks = job.task_by_name
@@ -254,20 +267,17 @@ class Scheduler:
                 self._reserved[name] = tuple(n for n in nodes if n in self.cluster.nodes)
                 jobs[name].reserved_nodes = self._reserved[name]
         for preemptor, victims in previous._victims.items():
-            if preemptor in jobs:
-                live = {v: None for v in victims if v in jobs and jobs[v].phase is JobPhase.WILL_EVICT}
-                if live:
-                    self._victims[preemptor] = live
-        # victims whose preemptor is unknown here (e.g. after a restart) keep their deadline
-        for job in jobs.values():
-            if job.phase is JobPhase.WILL_EVICT and not any(job.name in v for v in self._victims.values()):
-                self._victims[job.will_evict_by or f"restart:{job.name}"][job.name] = None
+            if preemptor in jobs or preemptor.startswith("restart:"):
+                for v in victims:
+                    if v in jobs and jobs[v].phase is JobPhase.WILL_EVICT:
+                        self._victims[preemptor][v] = None
 
     # ----------------------------------------------------------------- cycle
     def cycle(self, now: float) -> CycleResult:
         self.cycles += 1
         self.cluster.now = now
         result, self._outside = self._outside, CycleResult()
+        self._never.clear()
         self._timers(now, result)
         for tier in (Tier.GUARANTEED, Tier.ELASTIC):
             self._allocate(int(tier), now, result)
@@ -449,8 +459,10 @@ class Scheduler:
     def _why_unfit(self, job: Job, reservations: bool) -> str:
         tasks = job.task_by_name
         need = [tasks[r.task].request for r in job.pending()]
-        for req in need:
-            never = self._never_fits(req)
+        for req in set(need):
+            if req not in self._never:  # node capacities do not change within a cycle
+                self._never[req] = self._never_fits(req)
+            never = self._never[req]
             if never is not None:
                 return f"cannot be scheduled: {never}"
         gpus = sum(r.gpu_total for r in need) / 1000
@@ -506,26 +518,25 @@ class Scheduler:
         if not starving:
             return
         capacity = self.placer.capacity
-        held = sum(len(self.cluster.nodes[n].devices) * 1000 for n in self.reserved_nodes())
+        held = self._gpu_size(self.reserved_nodes())
         age = self._occupant_age(now)
         for _, name in sorted(starving):
             job = self.cluster.jobs[name]
-            # The hold doubles with every further threshold period waited: the longer a job has waited,
-            # the more nodes drain for it (the first to empty take it). In the limit it holds everything,
-            # like strict FIFO, so its wait stays bounded however long the jobs around it run.
+            # The hold doubles with every further threshold period waited, up to max_hold_doublings and
+            # within the budget: the longer a job has waited, the more nodes drain for it (the first to
+            # empty take it).
             periods = int((now - job.submit_time) // cfg.reservation_after_s) - 1
             nodes = self._pick_reservation(job, age, min(periods, cfg.max_hold_doublings), previous.get(name, ()))
             if nodes is None:
                 continue
-            size = sum(len(self.cluster.nodes[n].devices) * 1000 for n in nodes)
+            size = self._gpu_size(nodes)
             budget = cfg.max_reserved_fraction * capacity - held
             if size > budget:  # trim the hedge to the budget, never below what the gang needs
                 keep = len(job.pending())
-                while keep < len(nodes) and sum(len(self.cluster.nodes[n].devices) * 1000
-                                                for n in nodes[: keep + 1]) <= budget:
+                while keep < len(nodes) and self._gpu_size(nodes[: keep + 1]) <= budget:
                     keep += 1
                 nodes = nodes[:keep]
-                size = sum(len(self.cluster.nodes[n].devices) * 1000 for n in nodes)
+                size = self._gpu_size(nodes)
                 if held and size > budget:
                     break  # the longest-waiting job always gets its hold; later ones share what is left
             held += size
@@ -533,6 +544,10 @@ class Scheduler:
             job.reserved_nodes = nodes
             job.reason = (f"waited {now - job.submit_time:.0f} s: holding node(s) {', '.join(nodes)} "
                           "until they drain; backfill continues elsewhere")
+
+    def _gpu_size(self, names: Iterable[str]) -> int:
+        """GPU milli of whole nodes."""
+        return sum(len(self.cluster.nodes[n].devices) * 1000 for n in names)
 
     def _occupant_age(self, now: float) -> dict[str, float]:
         """Per node, how long its longest-running job has run. Job run times are heavy-tailed: the
@@ -761,7 +776,6 @@ class Scheduler:
         for v, rep, node, devices in reversed(lifted):
             self.placer.bind(v, rep, node, devices)
         return False
-
 
     @staticmethod
     def _cost(job: Job, now: float) -> float:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from scheduler.core.model import (
@@ -245,8 +246,6 @@ def _job(name: str, pods: list[Obj], group: Obj | None, ns_queue: dict[str, str]
 
 
 def _ts(text: str) -> float:
-    from datetime import datetime
-
     if not text:
         return 0.0
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()

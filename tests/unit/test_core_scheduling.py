@@ -286,3 +286,23 @@ def test_a_request_no_node_can_hold_is_called_impossible() -> None:
     s.submit(gang("huge", "default", 1, 16))
     res = s.cycle(0)
     assert res.pending_reasons["huge"] == "cannot be scheduled: no node has 16 GPUs (the largest has 8)"
+
+
+def test_notices_given_before_a_restart_stand() -> None:
+    from scheduler.core.model import Replica
+
+    c = cluster([node("n1", 2)], [queue("a", 2, grace=10)])
+    victim = gang("el", "a", 2, 1, tier=Tier.ELASTIC)
+    victim.replicas = [Replica("worker", i, ReplicaPhase.BOUND, "n1", (i,)) for i in range(2)]
+    victim.phase, victim.will_evict_deadline, victim.will_evict_by = JobPhase.WILL_EVICT, 50.0, "g"
+    c.jobs["el"] = victim
+    c.jobs["g"] = gang("g", "a", 2, 1, submit=1)
+    s = scheduler(c)  # a scheduler that starts from what the cluster shows
+    assert c.jobs["g"].phase is JobPhase.PRIVILEGED
+    res = s.cycle(20)
+    assert not res.of(CancelEviction)
+    assert not res.of(NotifyWillEvict)  # no new victim search: it waits for the one it has
+    assert not res.of(Evict)
+    assert [e.job for e in s.cycle(51).of(Evict) if isinstance(e, Evict)] == ["el"]
+    s.cycle(52)
+    assert c.jobs["g"].phase is JobPhase.RUNNING
