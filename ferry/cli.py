@@ -93,6 +93,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         planes.prepare()
         if not args.control_plane_only:
             planes.add_scheduler()
+            for tenant in planes.tenant_names:
+                planes.add_vnode(tenant)
         planes.write_state(os.getpid(), ready=False)
         planes.start(_progress)
     except (StartError, PortInUse, ValueError) as exc:

@@ -12,6 +12,7 @@ from kubernetes_asyncio import client
 
 from ferry import binaries as ferry_binaries
 from ferry.cluster.planes import ControlPlanes, Shape
+from ferry.cluster.process import Component
 from tests.helpers import api_client
 
 SESSION_GPU_NODES = int(os.environ.get("FERRY_TEST_GPU_NODES", "100"))
@@ -39,6 +40,30 @@ def planes(tmp_path_factory: pytest.TempPathFactory, binaries: ferry_binaries.Bi
         yield cp
     finally:
         cp.stop()
+
+
+@pytest.fixture(scope="session")
+def ferry_scheduler(planes: ControlPlanes) -> Iterator[Component]:
+    """The Kube-Ferry scheduler (no victim protection, so preemption tests run quickly)."""
+    planes.install_crds()
+    comp = planes.add_scheduler(extra=("--min-runtime=0", "--leader-elect", "--identity=primary"))
+    comp.start()
+    comp.wait_ready()
+    yield comp
+    comp.stop()
+
+
+@pytest.fixture(scope="session")
+def vnodes(planes: ControlPlanes, ferry_scheduler: Component) -> Iterator[dict[str, Component]]:
+    """One vnode per tenant cluster, started once for the session (tests may kill and restart them)."""
+    comps = {t: planes.add_vnode(t, extra=("--heartbeat=5",)) for t in planes.tenant_names}
+    for c in comps.values():
+        c.start()
+    for c in comps.values():
+        c.wait_ready()
+    yield comps
+    for c in comps.values():
+        c.stop()
 
 
 @pytest.fixture

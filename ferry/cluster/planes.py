@@ -144,10 +144,20 @@ class ControlPlanes:
             kw = ca.issue("kwok", "kwok-controller", orgs=("system:masters",), client=True)
             kubeconfig.write(folder / "kwok.kubeconfig", cluster=name, server=server,
                              ca=ca.cert_path, cert=kw.cert, key=kw.key, user="kwok-controller")
+            for tenant in self.tenant_names:  # each vnode: its own identity, rights granted per namespace
+                vn = ca.issue(f"vnode-{tenant}", f"kube-ferry:vnode:{tenant}", orgs=("kube-ferry:vnodes",),
+                              client=True)
+                kubeconfig.write(folder / f"vnode-{tenant}.kubeconfig", cluster=name, server=server,
+                                 ca=ca.cert_path, cert=vn.cert, key=vn.key, user=f"kube-ferry:vnode:{tenant}")
         else:
             sched = ca.issue("scheduler", "system:kube-scheduler", client=True)
             kubeconfig.write(folder / "scheduler.kubeconfig", cluster=name, server=server,
                              ca=ca.cert_path, cert=sched.cert, key=sched.key, user="system:kube-scheduler")
+            vn = ca.issue("vnode", "kube-ferry:vnode", orgs=("kube-ferry:vnodes",), client=True)
+            kubeconfig.write(folder / "vnode.kubeconfig", cluster=name, server=server,
+                             ca=ca.cert_path, cert=vn.cert, key=vn.key, user="kube-ferry:vnode")
+            ca.issue("vnode-serving", f"ferry-{name}", server=True, dns=("localhost", f"ferry-{name}"),
+                     ips=("127.0.0.1",))
         self.clusters[name] = info
         return info
 
@@ -241,7 +251,13 @@ class ControlPlanes:
 
     def _kwok_spec(self, info: ClusterInfo, port: int) -> ComponentSpec:
         stages = self.dir / COMPUTE / "kwok-stages.yaml"
-        stages.write_text(resources.files("ferry.cluster").joinpath("stages/kwok-stages.yaml").read_text())
+        pod_log = self.dir / COMPUTE / "pod.log"
+        # CRI log format, as kubelets store container logs (kwok parses it).
+        pod_log.write_text("".join(f"2026-01-01T00:00:{i:02d}.000000000Z stdout F kube-ferry simulated workload: "
+                                   f"line {i}\n" for i in range(1, 21)))
+        logs = (f"---\napiVersion: kwok.x-k8s.io/v1alpha1\nkind: ClusterLogs\nmetadata:\n  name: every-pod\n"
+                f"spec:\n  selector: {{}}\n  logs:\n  - logsFile: {pod_log}\n    follow: true\n")
+        stages.write_text(resources.files("ferry.cluster").joinpath("stages/kwok-stages.yaml").read_text() + logs)
         p = info.pki
         return ComponentSpec(
             name=f"{COMPUTE}-kwok",
@@ -260,18 +276,30 @@ class ControlPlanes:
         )
 
     # ------------------------------------------------------------ kube-ferry
-    def install_crds(self) -> None:
-        """Apply Kube-Ferry's CRDs to the compute cluster, wait until served, create the default Queue."""
+    def _kubectl(self, cluster: str, *args: str, stdin: str | None = None) -> None:
         import subprocess
 
-        kubectl = [str(self.bin.path("kubectl")), f"--kubeconfig={self.kubeconfig(COMPUTE)}"]
+        cmd = [str(self.bin.path("kubectl")), f"--kubeconfig={self.kubeconfig(cluster)}", *args]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=90, check=False, input=stdin)
+        if res.returncode != 0:
+            raise StartError(f"kubectl {' '.join(args[:2])} on {cluster} failed: {res.stderr.strip()[-300:]}")
+
+    def install_crds(self) -> None:
+        """Install Kube-Ferry: CRDs, the default Queue and vnode rights in the compute cluster, one
+        namespace + Queue per tenant; in each tenant cluster the vnode's rights and PodGroup CRDs of the
+        gang conventions it plays. Idempotent (server-side apply)."""
         crds = MANIFESTS / "crds"
-        for args in (["apply", "--server-side", "-f", str(crds)],
-                     ["wait", "--for=condition=Established", "--timeout=60s", "-f", str(crds)],
-                     ["apply", "--server-side", "-f", str(MANIFESTS / "default-queue.yaml")]):
-            res = subprocess.run([*kubectl, *args], capture_output=True, text=True, timeout=90, check=False)
-            if res.returncode != 0:
-                raise StartError(f"installing Kube-Ferry CRDs failed: {res.stderr.strip()[-300:]}")
+        self._kubectl(COMPUTE, "apply", "--server-side", "-f", str(crds))
+        self._kubectl(COMPUTE, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(crds))
+        self._kubectl(COMPUTE, "apply", "--server-side", "-f", str(MANIFESTS / "default-queue.yaml"),
+                      "-f", str(MANIFESTS / "rbac" / "vnode-compute.yaml"))
+        template = (MANIFESTS / "tenant-template.yaml").read_text()
+        for tenant in self.tenant_names:
+            self._kubectl(COMPUTE, "apply", "--server-side", "-f", "-", stdin=template.replace("${TENANT}", tenant))
+            tcrds = MANIFESTS / "tenant-crds"
+            self._kubectl(tenant, "apply", "--server-side", "-f", str(tcrds),
+                          "-f", str(MANIFESTS / "rbac" / "vnode-tenant.yaml"))
+            self._kubectl(tenant, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(tcrds))
 
     def add_scheduler(self, name: str = "kube-ferry-scheduler", extra: tuple[str, ...] = ()) -> Component:
         """The Kube-Ferry scheduler service as a supervised component (started with the rest)."""
@@ -287,6 +315,28 @@ class ControlPlanes:
             log=self._log(name),
             probe=http_probe("127.0.0.1", port, "/readyz"),
             ports=(port,),
+        )
+        return self.add_component(spec)
+
+    def add_vnode(self, tenant: str, extra: tuple[str, ...] = ()) -> Component:
+        """The tenant's vnode as a supervised component, with its own credentials on both sides."""
+        import sys
+
+        ports = PortAllocator(None)
+        kubelet, metrics = ports.take(f"{tenant} vnode kubelet API"), ports.take(f"{tenant} vnode metrics")
+        ports.release()
+        tp = self.clusters[tenant].pki
+        spec = ComponentSpec(
+            name=f"{tenant}-vnode",
+            argv=[sys.executable, "-m", "ferry", "vnode", f"--tenant={tenant}",
+                  f"--tenant-kubeconfig={tp / 'vnode.kubeconfig'}",
+                  f"--compute-kubeconfig={self.clusters[COMPUTE].pki / f'vnode-{tenant}.kubeconfig'}",
+                  f"--kubelet-port={kubelet}", f"--metrics-port={metrics}",
+                  f"--serving-cert={tp / 'vnode-serving.crt'}", f"--serving-key={tp / 'vnode-serving.key'}",
+                  f"--client-ca={tp / 'ca.crt'}", *extra],
+            log=self._log(f"{tenant}-vnode"),
+            probe=http_probe("127.0.0.1", metrics, "/readyz"),
+            ports=(kubelet, metrics),
         )
         return self.add_component(spec)
 

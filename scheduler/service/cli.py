@@ -43,10 +43,10 @@ def run(args: argparse.Namespace) -> int:
 async def _main(args: argparse.Namespace) -> None:
     from kubernetes_asyncio import config
 
+    from ferry.health import make_app, serve
     from scheduler.core.scheduler import SchedulerConfig
     from scheduler.service import metrics
     from scheduler.service.leader import LeaderElector
-    from scheduler.service.server import make_app, serve
     from scheduler.service.service import SchedulerService, ServiceConfig
 
     api = await config.new_client_from_config(config_file=str(args.kubeconfig))

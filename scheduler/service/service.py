@@ -21,10 +21,10 @@ import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from ferry.kube.informer import Informer, Obj, key_of
 from scheduler.core.decisions import Bind, CancelEviction, CycleResult, Evict, JobStatus, NotifyWillEvict, Shrink
 from scheduler.core.scheduler import Scheduler, SchedulerConfig
 from scheduler.service import metrics
-from scheduler.service.informer import Informer, Obj, key_of
 from scheduler.service.snapshot import (
     DEVICES_ANNOTATION,
     SCHEDULER_NAME,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ferry.kube import quantity
 from scheduler.core.model import (
     GPU_MILLI,
     Cluster,
@@ -28,7 +29,6 @@ from scheduler.core.model import (
     Task,
     Tier,
 )
-from scheduler.service import quantity
 
 SCHEDULER_NAME = "kube-ferry"
 GPU = "nvidia.com/gpu"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,16 +13,6 @@ from ferry.cluster.process import Component
 from tests.helpers import eventually
 
 GROUP, VERSION = "scheduling.kubeferry.io", "v1alpha1"
-
-
-@pytest.fixture(scope="session")
-def ferry_scheduler(planes: ControlPlanes) -> Iterator[Component]:
-    planes.install_crds()
-    comp = planes.add_scheduler(extra=("--min-runtime=0", "--leader-elect", "--identity=primary"))
-    comp.start()
-    comp.wait_ready()
-    yield comp
-    comp.stop()
 
 
 @pytest.fixture

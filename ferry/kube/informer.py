@@ -29,25 +29,37 @@ class Gone(Exception):
     """The watch's resourceVersion is too old: list again."""
 
 
+def _raise_for(resp: Any, data: Obj) -> None:
+    """Raw responses are not checked by the client: a 403 or 500 must not read as an empty list."""
+    status = getattr(resp, "status", 200)
+    if status == 410:
+        raise Gone
+    if status >= 300:
+        raise RuntimeError(f"HTTP {status}: {data.get('message', '')}")
+
+
 class Informer:
     def __init__(self, name: str, lister: Lister, on_change: Callable[[str, Obj], None] | None = None,
-                 watch_timeout_s: int = 240) -> None:
+                 watch_timeout_s: int = 240, max_backoff_s: float = 10.0) -> None:
         self.name = name
         self._lister = lister
-        self._on_change = on_change
+        self.on_change = on_change
         self._timeout = watch_timeout_s
+        self._max_backoff = max_backoff_s
         self.store: dict[str, Obj] = {}
         self.synced = asyncio.Event()
         self._rv = ""
         self.relists = 0
+        self.error: str | None = None  # the last list/watch failure, None while the API answers
 
     def _notify(self, kind: str, obj: Obj) -> None:
-        if self._on_change is not None:
-            self._on_change(kind, obj)
+        if self.on_change is not None:
+            self.on_change(kind, obj)
 
     async def _list(self) -> None:
         resp = await self._lister(_preload_content=False)
         data = json.loads(await resp.read())
+        _raise_for(resp, data)
         fresh = {key_of(o): o for o in data.get("items", [])}
         kind = data.get("kind", "").removesuffix("List")
         for o in fresh.values():  # list items carry no kind
@@ -65,6 +77,9 @@ class Informer:
     async def _watch(self) -> None:
         resp = await self._lister(watch=True, resource_version=self._rv, allow_watch_bookmarks=True,
                                   timeout_seconds=self._timeout, _preload_content=False)
+        if getattr(resp, "status", 200) >= 300:
+            _raise_for(resp, json.loads(await resp.read() or b"{}"))
+        self.error = None
         async with resp:
             async for line in resp.content:
                 if not line.strip():
@@ -95,6 +110,7 @@ class Informer:
             try:
                 if need_list:
                     await self._list()
+                    self.error = None
                     need_list = False
                     self.synced.set()
                 await self._watch()
@@ -104,8 +120,9 @@ class Informer:
             except Gone:
                 need_list = True
             except Exception as exc:  # any API or network failure: retry with back-off
+                self.error = str(exc)[:200] or type(exc).__name__
                 log.warning("watch failed; retrying", informer=self.name, error=str(exc)[:200], in_s=backoff)
                 await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
+                backoff = min(backoff * 2, self._max_backoff)
                 if "410" in str(exc):
                     need_list = True

@@ -1,0 +1,112 @@
+"""Plain-JSON access to any API path through a ``kubernetes_asyncio`` ApiClient.
+
+The bridge copies whole objects between clusters; typed models would cost a round of
+(de)serialisation per object and lose unknown fields, so it works on dicts end to end while keeping
+the client's auth, TLS and connection pool.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import quote
+
+from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client.exceptions import ApiException
+
+Obj = dict[str, Any]
+MERGE = "application/merge-patch+json"
+JSON = "application/json"
+
+
+def status_of(exc: BaseException) -> int:
+    """HTTP status of an API error (0 for a transport error)."""
+    return exc.status if isinstance(exc, ApiException) and exc.status else 0
+
+
+def path(group: str, version: str, plural: str, namespace: str | None = None, name: str | None = None,
+         sub: str | None = None) -> str:
+    """``/api/v1/...`` or ``/apis/<group>/<version>/...`` for a resource, collection or subresource."""
+    base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
+    if namespace:
+        base += f"/namespaces/{quote(namespace)}"
+    base += f"/{plural}"
+    if name:
+        base += f"/{quote(name)}"
+    if sub:
+        base += f"/{sub}"
+    return base
+
+
+class Rest:
+    def __init__(self, api: ApiClient) -> None:
+        self.api = api
+
+    async def raw(self, method: str, url: str, body: Any = None, query: dict[str, Any] | None = None,
+                  content_type: str = JSON, timeout: float | None = 30.0) -> Any:
+        """The raw aiohttp response (caller reads/streams it); non-2xx raises ApiException."""
+        params = [(k, _q(v)) for k, v in (query or {}).items() if v is not None]
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        resp = await self.api.call_api(
+            url, method, query_params=params, header_params=headers, body=body,
+            auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout,
+        )
+        if not 200 <= resp.status <= 299:
+            data = await resp.read()
+            resp.release()
+            exc = ApiException(status=resp.status, reason=resp.reason or "")
+            exc.body = data.decode(errors="replace")
+            raise exc
+        return resp
+
+    async def call(self, method: str, url: str, body: Any = None, query: dict[str, Any] | None = None,
+                   content_type: str = JSON) -> Obj:
+        resp = await self.raw(method, url, body, query, content_type)
+        async with resp:
+            data = await resp.read()
+        out: Obj = json.loads(data) if data else {}
+        return out
+
+    async def get(self, url: str, **query: Any) -> Obj:
+        return await self.call("GET", url, query=query)
+
+    async def create(self, url: str, body: Obj) -> Obj:
+        return await self.call("POST", url, body)
+
+    async def patch(self, url: str, body: Any, content_type: str = MERGE) -> Obj:
+        return await self.call("PATCH", url, body, content_type=content_type)
+
+    async def put(self, url: str, body: Obj) -> Obj:
+        return await self.call("PUT", url, body)
+
+    async def delete(self, url: str, body: Obj | None = None) -> Obj:
+        return await self.call("DELETE", url, body)
+
+    async def get_or_none(self, url: str) -> Obj | None:
+        try:
+            return await self.get(url)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def lister(self, url: str, **fixed: Any) -> Any:
+        """A list/watch function for :class:`ferry.kube.informer.Informer`."""
+
+        async def call(watch: bool = False, resource_version: str | None = None,
+                       allow_watch_bookmarks: bool | None = None, timeout_seconds: int | None = None,
+                       _preload_content: bool = False) -> Any:
+            query: dict[str, Any] = dict(fixed)
+            if watch:
+                query.update(watch=True, resourceVersion=resource_version or None,
+                             allowWatchBookmarks=allow_watch_bookmarks, timeoutSeconds=timeout_seconds)
+            return await self.raw("GET", url, query=query,
+                                  timeout=(timeout_seconds or 0) + 30 if watch else 120)
+
+        return call
+
+
+def _q(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

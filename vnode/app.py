@@ -1,0 +1,209 @@
+"""One vnode process: caches of both clusters, the work queues that act on them, the virtual Node,
+the kubelet API and the health/metrics endpoints, run as one task group.
+
+Nothing is created or deleted before every cache has synced once (a half-filled cache would look
+like orphans and missing pods). Shutdown cancels the group; each write is a single API call, so
+cancellation leaves no half-done write, and the next start converges from the caches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import structlog
+from aiohttp import web
+from kubernetes_asyncio import config as kconfig
+from kubernetes_asyncio.client import ApiClient, Configuration
+
+from ferry.health import make_app, serve
+from ferry.kube.rest import Rest
+from ferry.kube.workqueue import WorkQueue
+from vnode import metrics, naming
+from vnode.binder import Binder
+from vnode.caches import KUEUE_WORKLOADS, Caches
+from vnode.config import VnodeConfig
+from vnode.events import Recorder
+from vnode.kubelet import KubeletAPI, ssl_context
+from vnode.node import VirtualNode
+from vnode.pods import PodReconciler
+
+Obj = dict[str, Any]
+log = structlog.get_logger("ferry.vnode")
+SWEEP_S = 30.0
+RESYNC_S = 120.0
+
+
+async def _served(rest: Rest, group_version: str) -> bool:
+    """Whether the tenant apiserver serves an API group version (discovery needs no extra rights)."""
+    return await rest.get_or_none(f"/apis/{group_version}") is not None
+
+
+class Vnode:
+    def __init__(self, cfg: VnodeConfig, tenant: Rest, compute: Rest, tenant_crds: set[str]) -> None:
+        self.cfg = cfg
+        self.b = cfg.bridge()
+        self.tenant = tenant
+        self.compute = compute
+        self.caches = Caches(self.b, tenant, compute, tenant_crds)
+        self.recorder = Recorder(tenant, "kube-ferry-vnode", cfg.node)
+        self.pods = PodReconciler(self.b, tenant, compute, self.caches, self.recorder, cfg.node_ip, cfg.pod_security)
+        self.binder = Binder(cfg.node, cfg.served_schedulers, tenant, self.caches, self.pods.gangs,
+                             kueue_present=KUEUE_WORKLOADS in tenant_crds)
+        self.node = VirtualNode(cfg.node, cfg.tenant, cfg.node_ip, cfg.kubelet_port, tenant, self.caches,
+                                self.recorder, cfg.max_pods, cfg.heartbeat_s)
+        self.events = WorkQueue("events")
+        self.groups = WorkQueue("groups")
+        self._wire()
+
+    def _wire(self) -> None:
+        c = self.caches
+
+        def tenant_pod(kind: str, pod: Obj) -> None:
+            self.pods.on_tenant_pod(kind, pod)
+            self.binder.on_tenant_pod(kind, pod)
+
+        c.tenant_pods.on_change = tenant_pod
+        c.compute_pods.on_change = self.pods.on_compute_pod
+        for kind, inf in c.tenant_groups.items():
+            inf.on_change = self.binder.on_tenant_group(kind)
+        c.compute_groups.on_change = lambda kind, g: self.groups.add(f"{g['metadata']['namespace']}/"
+                                                                     f"{g['metadata']['name']}")
+        c.compute_events.on_change = lambda kind, e: (self.events.add(f"{e['metadata']['namespace']}/"
+                                                                      f"{e['metadata']['name']}")
+                                                      if kind != "DELETED" else None)
+        c.tenant_configmaps.on_change = self._dependency_changed("configMap")
+        c.tenant_secrets.on_change = self._dependency_changed("secret")
+        c.compute_nodes.on_change = lambda *_: self.node.changed.set()
+        c.compute_queues.on_change = lambda *_: self.node.changed.set()
+
+    def _dependency_changed(self, kind: str) -> Any:
+        """A tenant ConfigMap/Secret changed: re-reconcile the forwarded pods that use it."""
+        from vnode.translate import needs_of
+
+        def handler(event: str, obj: Obj) -> None:
+            if event == "SYNC" or not self.caches.synced():
+                return
+            ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+            for pod in list(self.caches.tenant_pods.store.values()):
+                if pod["metadata"]["namespace"] != ns or pod.get("spec", {}).get("nodeName") != self.b.node:
+                    continue
+                needs = needs_of(pod)
+                if name in (needs.configmaps if kind == "configMap" else needs.secrets):
+                    self.pods.queue.add(f"{ns}/{pod['metadata']['name']}")
+        return handler
+
+    # --------------------------------------------------------------- events
+    async def mirror_event(self, key: str) -> None:
+        """A compute-side Event about an owned pod appears on the tenant pod."""
+        ev = self.caches.compute_events.store.get(key)
+        if ev is None or (ev.get("involvedObject") or {}).get("kind") != "Pod":
+            return
+        inv = ev["involvedObject"]
+        cp = self.caches.compute_pods.store.get(f"{inv.get('namespace')}/{inv.get('name')}")
+        tkey = self.pods.tenant_key_of(cp) if cp else None
+        tp = self.caches.tenant_pods.store.get(tkey) if tkey else None
+        if tp is None or tp["metadata"]["uid"] != cp["metadata"]["labels"].get(naming.UPSTREAM_UID_LABEL):  # type: ignore[index]
+            return
+        await self.recorder.emit(tp, ev.get("type", "Normal"), ev.get("reason", ""), ev.get("message", ""),
+                                 key=ev["metadata"].get("uid"), count=int(ev.get("count") or 1))
+
+    async def reflect_group(self, key: str) -> None:
+        group = self.caches.compute_groups.store.get(key)
+        if group is not None:
+            await self.pods.gangs.reflect(group)
+
+    # ---------------------------------------------------------- maintenance
+    async def maintain(self) -> None:
+        """After the caches sync: adopt/create/delete everything once; then sweep and resync periodically."""
+        await self.caches.wait_synced()
+        log.info("caches synced", tenant_pods=len(self.caches.tenant_pods.store),
+                 compute_pods=len(self.caches.compute_pods.store))
+        self.pods.enqueue_all()
+        loop = asyncio.get_running_loop()
+        last_resync = loop.time()
+        was_reachable = True
+        while True:
+            await asyncio.sleep(min(SWEEP_S, 5.0))
+            reachable = self.caches.compute_error() is None
+            metrics.COMPUTE_REACHABLE.set(1 if reachable else 0)
+            for q in (self.pods.queue, self.binder.queue, self.events, self.groups):
+                metrics.QUEUE_DEPTH.labels(q.name).set(len(q))
+            if reachable != was_reachable:
+                self.node.changed.set()
+                if reachable:
+                    self.pods.enqueue_all()
+            was_reachable = reachable
+            if not reachable:
+                continue
+            if loop.time() - last_resync > RESYNC_S:
+                self.pods.enqueue_all()
+                last_resync = loop.time()
+            try:
+                await self.pods.copies.sweep()
+                for group in self.pods.gangs.stale_groups():
+                    await self.compute.delete(f"/apis/scheduling.kubeferry.io/v1alpha1/namespaces/"
+                                              f"{self.b.namespace}/podgroups/{group['metadata']['name']}")
+                    self.caches.compute_groups.store.pop(f"{self.b.namespace}/{group['metadata']['name']}", None)
+            except Exception as exc:
+                log.warning("sweep failed", error=str(exc)[:200])
+
+    def ready(self) -> bool:
+        return self.caches.synced() and self.node.registered.is_set()
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as tg:
+            for inf in self.caches.all:
+                tg.create_task(inf.run())
+            tg.create_task(self.node.run())
+            tg.create_task(self.pods.queue.run(self.pods.reconcile, self.cfg.workers))
+            tg.create_task(self.binder.queue.run(self.binder.reconcile, 4))
+            tg.create_task(self.events.run(self.mirror_event, 2))
+            tg.create_task(self.groups.run(self.reflect_group, 2))
+            tg.create_task(self.maintain())
+
+
+async def _client(kubeconfig: Path) -> ApiClient:
+    conf = Configuration()
+    await kconfig.load_kube_config(config_file=str(kubeconfig), client_configuration=conf)
+    conf.connection_pool_maxsize = 100  # concurrent requests per cluster
+    return ApiClient(conf)
+
+
+async def main(cfg: VnodeConfig, stop: asyncio.Event) -> None:
+    tenant_api, compute_api = await _client(cfg.tenant_kubeconfig), await _client(cfg.compute_kubeconfig)
+    tenant, compute = Rest(tenant_api), Rest(compute_api)
+    crds = set()
+    for gv, name in (("scheduling.volcano.sh/v1beta1", "podgroups.scheduling.volcano.sh"),
+                     ("scheduling.x-k8s.io/v1alpha1", "podgroups.scheduling.x-k8s.io"),
+                     ("kueue.x-k8s.io/v1beta1", KUEUE_WORKLOADS)):
+        if await _served(tenant, gv):
+            crds.add(name)
+    vnode = Vnode(cfg, tenant, compute, crds)
+    runners: list[web.AppRunner] = [await serve(make_app(vnode.ready, metrics.REGISTRY), cfg.metrics_address,
+                                                cfg.metrics_port)]
+    if cfg.serving_cert and cfg.serving_key:
+        api = KubeletAPI(cfg.node, cfg.tenant, cfg.namespace, tenant, compute,
+                         lambda k: vnode.caches.tenant_pods.store.get(k))
+        runner = web.AppRunner(api.app(), access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, cfg.node_ip, cfg.kubelet_port,
+                          ssl_context=ssl_context(cfg.serving_cert, cfg.serving_key, cfg.client_ca)).start()
+        runners.append(runner)
+    log.info("vnode started", tenant=cfg.tenant, node=cfg.node, compute_namespace=cfg.namespace,
+             kueue_gates_lifted=KUEUE_WORKLOADS not in crds, tenant_gang_crds=sorted(crds))
+    try:
+        async with asyncio.TaskGroup() as tg:
+            work = tg.create_task(vnode.run())
+            await stop.wait()
+            work.cancel()
+    except* asyncio.CancelledError:
+        pass
+    finally:
+        for r in runners:
+            with contextlib.suppress(Exception):
+                await r.cleanup()
+        await tenant_api.close()
+        await compute_api.close()

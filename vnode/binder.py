@@ -1,0 +1,84 @@
+"""The vnode as its tenant cluster's gang scheduler: bind gang pods and pods addressed to a served
+scheduler name to the virtual node, admit their PodGroups, lift Kueue's gates where no Kueue runs.
+
+Binding is per pod and immediate: the all-or-nothing decision is taken in the compute cluster,
+where the gang waits (with a reason) until every member can start.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from ferry.kube.rest import Rest, path, status_of
+from ferry.kube.workqueue import WorkQueue
+from vnode import metrics
+from vnode.caches import Caches
+from vnode.gangs import Gangs
+from vnode.translate import KUEUE_GATES, gang_of
+
+Obj = dict[str, Any]
+log = structlog.get_logger("ferry.vnode.binder")
+
+
+class Binder:
+    def __init__(self, node: str, served: tuple[str, ...], tenant: Rest, caches: Caches, gangs: Gangs,
+                 kueue_present: bool) -> None:
+        self.node = node
+        self.served = set(served)
+        self.tenant = tenant
+        self.caches = caches
+        self.gangs = gangs
+        self.kueue_present = kueue_present
+        self.queue = WorkQueue("bind")
+
+    def wants(self, pod: Obj) -> bool:
+        spec, meta = pod.get("spec", {}), pod["metadata"]
+        if spec.get("nodeName") or meta.get("deletionTimestamp"):
+            return False
+        if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            return False
+        return gang_of(pod) is not None or spec.get("schedulerName") in self.served
+
+    def on_tenant_pod(self, kind: str, pod: Obj) -> None:
+        if kind != "DELETED" and self.wants(pod):
+            self.queue.add("pod/" + f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
+
+    def on_tenant_group(self, kind_of_group: str) -> Any:
+        def handler(kind: str, group: Obj) -> None:
+            if kind != "DELETED":
+                meta = group["metadata"]
+                self.queue.add(f"group/{kind_of_group}/{meta['namespace']}/{meta['name']}")
+        return handler
+
+    async def reconcile(self, key: str) -> None:
+        what, rest = key.split("/", 1)
+        if what == "group":
+            kind, gkey = rest.split("/", 1)
+            group = self.caches.tenant_groups[kind].store.get(gkey)
+            if group is not None:
+                await self.gangs.admit(kind, group)
+            return
+        pod = self.caches.tenant_pods.store.get(rest)
+        if pod is None or not self.wants(pod):
+            return
+        meta = pod["metadata"]
+        gates = [g.get("name") for g in pod.get("spec", {}).get("schedulingGates") or []]
+        if gates:
+            if self.kueue_present or not set(gates) <= KUEUE_GATES:
+                return  # someone else's gate: the pod is not ready to be scheduled
+            await self.tenant.patch(path("", "v1", "pods", meta["namespace"], meta["name"]),
+                                    [{"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
+                                     {"op": "replace", "path": "/spec/schedulingGates", "value": []}],
+                                    content_type="application/json-patch+json")
+            log.info("lifted Kueue scheduling gates", pod=rest, gates=gates)
+        binding = {"apiVersion": "v1", "kind": "Binding",
+                   "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
+                   "target": {"apiVersion": "v1", "kind": "Node", "name": self.node}}
+        try:
+            await self.tenant.create(path("", "v1", "pods", meta["namespace"], meta["name"], "binding"), binding)
+            metrics.PODS_BOUND.inc()
+        except Exception as exc:
+            if status_of(exc) not in (404, 409):  # deleted, or bound meanwhile
+                raise

@@ -1,0 +1,73 @@
+"""The vnode's informer caches of both clusters (only the compute objects it owns)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from ferry.kube.informer import Informer
+from ferry.kube.rest import Rest, path
+from vnode import naming
+from vnode.translate import Bridge
+
+Obj = dict[str, Any]
+OnChange = Callable[[str, Obj], None]
+VOLCANO_PG = ("scheduling.volcano.sh", "v1beta1", "podgroups")
+PLUGINS_PG = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
+FERRY_PG = ("scheduling.kubeferry.io", "v1alpha1", "podgroups")
+QUEUES = ("scheduling.kubeferry.io", "v1alpha1", "queues")
+KUEUE_WORKLOADS = "workloads.kueue.x-k8s.io"
+
+
+class Caches:
+    def __init__(self, b: Bridge, tenant: Rest, compute: Rest, tenant_crds: set[str]) -> None:
+        owned = naming.owned_selector(b.tenant, b.node)
+        ns = b.namespace
+        backoff = 1.0  # reconnect fast: convergence after an outage is bounded by this
+
+        def inf(name: str, rest: Rest, url: str, **q: Any) -> Informer:
+            return Informer(name, rest.lister(url, **q), max_backoff_s=backoff)
+
+        self.tenant_pods = inf("tenant-pods", tenant, path("", "v1", "pods"))
+        self.tenant_configmaps = inf("tenant-configmaps", tenant, path("", "v1", "configmaps"))
+        self.tenant_secrets = inf("tenant-secrets", tenant, path("", "v1", "secrets"))
+        self.tenant_groups: dict[str, Informer] = {}
+        if "podgroups.scheduling.volcano.sh" in tenant_crds:
+            self.tenant_groups["volcano"] = inf("tenant-volcano-podgroups", tenant, path(*VOLCANO_PG))
+        if "podgroups.scheduling.x-k8s.io" in tenant_crds:
+            self.tenant_groups["scheduler-plugins"] = inf("tenant-plugins-podgroups", tenant, path(*PLUGINS_PG))
+        self.compute_pods = inf("compute-pods", compute, path("", "v1", "pods", ns), labelSelector=owned)
+        self.compute_configmaps = inf("compute-configmaps", compute, path("", "v1", "configmaps", ns),
+                                      labelSelector=owned)
+        self.compute_secrets = inf("compute-secrets", compute, path("", "v1", "secrets", ns), labelSelector=owned)
+        self.compute_services = inf("compute-services", compute, path("", "v1", "services", ns),
+                                    labelSelector=owned)
+        self.compute_groups = inf("compute-podgroups", compute, path(*FERRY_PG[:2], "podgroups", ns),
+                                  labelSelector=owned)
+        self.compute_events = inf("compute-events", compute, path("", "v1", "events", ns))
+        self.compute_nodes = inf("compute-nodes", compute, path("", "v1", "nodes"))
+        self.compute_queues = inf("compute-queues", compute, path(*QUEUES), fieldSelector=f"metadata.name={b.queue}")
+
+    @property
+    def tenant_side(self) -> list[Informer]:
+        return [self.tenant_pods, self.tenant_configmaps, self.tenant_secrets, *self.tenant_groups.values()]
+
+    @property
+    def compute_side(self) -> list[Informer]:
+        return [self.compute_pods, self.compute_configmaps, self.compute_secrets, self.compute_services,
+                self.compute_groups, self.compute_events, self.compute_nodes, self.compute_queues]
+
+    @property
+    def all(self) -> list[Informer]:
+        return [*self.tenant_side, *self.compute_side]
+
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self.all)
+
+    async def wait_synced(self) -> None:
+        await asyncio.gather(*(i.synced.wait() for i in self.all))
+
+    def compute_error(self) -> str | None:
+        """Why the compute API does not answer (None while it does)."""
+        return next((i.error for i in self.compute_side if i.error), None)

@@ -1,0 +1,77 @@
+"""``ferry vnode``: join one tenant cluster to the compute cluster."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from pathlib import Path
+
+from vnode.config import DEFAULT_SERVED
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("vnode", help="run the virtual node of one tenant cluster")
+    p.add_argument("--tenant", required=True, help="tenant name (lower-case DNS label)")
+    p.add_argument("--tenant-kubeconfig", type=Path, required=True)
+    p.add_argument("--compute-kubeconfig", type=Path, required=True)
+    p.add_argument("--node-name", default="", help="virtual Node name (default ferry-<tenant>)")
+    p.add_argument("--compute-namespace", default="", help="the tenant's compute namespace (default <tenant>)")
+    p.add_argument("--queue", default="", help="the tenant's compute Queue (default <tenant>)")
+    p.add_argument("--served-schedulers", default=",".join(DEFAULT_SERVED),
+                   help="scheduler names whose pods this vnode binds (comma-separated)")
+    p.add_argument("--pod-security", default="baseline", choices=("privileged", "baseline", "restricted"))
+    p.add_argument("--max-priority", type=int, default=0, help="highest priority a tenant pod may carry down")
+    p.add_argument("--node-ip", default="127.0.0.1")
+    p.add_argument("--kubelet-port", type=int, default=10250)
+    p.add_argument("--serving-cert", type=Path)
+    p.add_argument("--serving-key", type=Path)
+    p.add_argument("--client-ca", type=Path, help="CA that signs the tenant apiserver's kubelet-client cert")
+    p.add_argument("--metrics-address", default="127.0.0.1")
+    p.add_argument("--metrics-port", type=int, default=10255)
+    p.add_argument("--max-pods", type=int, default=10000)
+    p.add_argument("--workers", type=int, default=16)
+    p.add_argument("--heartbeat", type=float, default=10.0, help="seconds between Lease renewals")
+    p.add_argument("--log-level", default="info")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from ferry import log as flog
+    from vnode.config import VnodeConfig
+
+    flog.configure(args.log_level, json=True)
+    try:
+        cfg = VnodeConfig(
+            tenant=args.tenant, tenant_kubeconfig=args.tenant_kubeconfig, compute_kubeconfig=args.compute_kubeconfig,
+            node_name=args.node_name, compute_namespace=args.compute_namespace, queue=args.queue,
+            served_schedulers=tuple(s for s in args.served_schedulers.split(",") if s),
+            pod_security=args.pod_security, max_priority=args.max_priority, node_ip=args.node_ip,
+            kubelet_port=args.kubelet_port, serving_cert=args.serving_cert, serving_key=args.serving_key,
+            client_ca=args.client_ca, metrics_address=args.metrics_address, metrics_port=args.metrics_port,
+            max_pods=args.max_pods, workers=args.workers, heartbeat_s=args.heartbeat,
+        )
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        print(f"ferry vnode: error: --{'-'.join(str(x) for x in err['loc']).replace('_', '-')}: {err['msg']}",
+              file=sys.stderr)
+        return 2
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_main(cfg))
+    return 0
+
+
+async def _main(cfg: object) -> None:
+    from vnode.app import main
+    from vnode.config import VnodeConfig
+
+    assert isinstance(cfg, VnodeConfig)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await main(cfg, stop)

@@ -1,0 +1,53 @@
+"""Settings of one vnode process (validated once, at start-up)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field, field_validator
+
+from vnode.translate import Bridge, PodSecurity
+
+DEFAULT_SERVED = ("kube-ferry", "volcano", "scheduler-plugins", "scheduler-plugins-scheduler")
+
+
+class VnodeConfig(BaseModel):
+    tenant: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
+    tenant_kubeconfig: Path
+    compute_kubeconfig: Path
+    node_name: str = ""  # default ferry-<tenant>
+    compute_namespace: str = ""  # default: the tenant's name
+    queue: str = ""  # default: the tenant's name
+    served_schedulers: tuple[str, ...] = DEFAULT_SERVED
+    pod_security: PodSecurity = "baseline"
+    max_priority: int = 0
+    node_ip: str = "127.0.0.1"
+    kubelet_port: int = Field(10250, ge=1, le=65535)
+    serving_cert: Path | None = None
+    serving_key: Path | None = None
+    client_ca: Path | None = None  # CA of the tenant apiserver's kubelet-client certificate
+    metrics_address: str = "127.0.0.1"
+    metrics_port: int = Field(10255, ge=0, le=65535)
+    max_pods: int = Field(10000, ge=1)
+    workers: int = Field(16, ge=1, le=256)
+    heartbeat_s: float = Field(10.0, gt=0)
+
+    @field_validator("tenant_kubeconfig", "compute_kubeconfig")
+    @classmethod
+    def _exists(cls, p: Path) -> Path:
+        if not p.exists():
+            raise ValueError(f"{p} does not exist")
+        return p
+
+    @property
+    def node(self) -> str:
+        return self.node_name or f"ferry-{self.tenant}"
+
+    @property
+    def namespace(self) -> str:
+        return self.compute_namespace or self.tenant
+
+    def bridge(self) -> Bridge:
+        return Bridge(tenant=self.tenant, node=self.node, namespace=self.namespace,
+                      queue=self.queue or self.tenant, max_priority=self.max_priority,
+                      pod_security=self.pod_security)

@@ -1,0 +1,211 @@
+"""What a pod needs in the compute cluster before it starts: copied ConfigMaps and Secrets, a
+service-account token issued by the tenant cluster, the headless Service behind its subdomain.
+
+Copies are owned by labels and found through the compute caches; they are refreshed when the
+tenant object changes and collected by :meth:`Copies.sweep` once no owned pod references them.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any
+
+import structlog
+
+from ferry.kube.rest import Rest, path, status_of
+from vnode import metrics, naming
+from vnode.caches import Caches
+from vnode.translate import Bridge, content_digest, copy_of, needs_of, token_secret_name
+
+Obj = dict[str, Any]
+DIGEST_ANNOTATION = naming.PREFIX + "content-digest"
+TOKEN_EXPIRES = naming.PREFIX + "token-expires"
+TOKEN_ISSUED = naming.PREFIX + "token-issued"
+GC_AGE_S = 60.0  # an unreferenced copy younger than this may belong to a pod being created
+log = structlog.get_logger("ferry.vnode.copies")
+
+
+class MissingDependency(Exception):
+    """A referenced ConfigMap/Secret does not exist (yet): the pod waits, as on a kubelet."""
+
+
+def _ts(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+class Copies:
+    def __init__(self, b: Bridge, tenant: Rest, compute: Rest, caches: Caches) -> None:
+        self.b = b
+        self.tenant = tenant
+        self.compute = compute
+        self.caches = caches
+
+    async def ensure(self, pod: Obj) -> float | None:
+        """Make every dependency of ``pod`` exist; returns seconds until its token needs refreshing."""
+        ns = pod["metadata"]["namespace"]
+        needs = needs_of(pod)
+        optional = _optional_refs(pod)
+        for kind, names, src, dst in (
+            ("ConfigMap", needs.configmaps, self.caches.tenant_configmaps.store,
+             self.caches.compute_configmaps.store),
+            ("Secret", needs.secrets, self.caches.tenant_secrets.store, self.caches.compute_secrets.store),
+        ):
+            for name in sorted(names):
+                obj = src.get(f"{ns}/{name}")
+                if obj is None:
+                    if name in optional:
+                        continue
+                    raise MissingDependency(f'{kind.lower()} "{name}" not found')
+                await self._upsert(kind, obj, dst)
+        if needs.subdomain:
+            await self._service(ns, needs.subdomain)
+        if needs.token is not None:
+            return await self._token(pod, needs.token)
+        return None
+
+    async def _upsert(self, kind: str, obj: Obj, cache: dict[str, Obj]) -> None:
+        want = copy_of(obj, self.b, kind)
+        digest = content_digest(obj)
+        want["metadata"]["annotations"][DIGEST_ANNOTATION] = digest
+        name = want["metadata"]["name"]
+        have = cache.get(f"{self.b.namespace}/{name}")
+        plural = "configmaps" if kind == "ConfigMap" else "secrets"
+        url = path("", "v1", plural, self.b.namespace)
+        if have is None:
+            try:
+                cache[f"{self.b.namespace}/{name}"] = await self.compute.create(url, want)
+                return
+            except Exception as exc:
+                if status_of(exc) != 409:
+                    raise
+                have = await self.compute.get(f"{url}/{name}")
+        if (have.get("metadata", {}).get("annotations") or {}).get(DIGEST_ANNOTATION) == digest:
+            return
+        if have.get("immutable"):  # an immutable copy cannot change: replace it
+            await self.compute.delete(f"{url}/{name}")
+            cache[f"{self.b.namespace}/{name}"] = await self.compute.create(url, want)
+            return
+        want["metadata"]["resourceVersion"] = have["metadata"]["resourceVersion"]
+        cache[f"{self.b.namespace}/{name}"] = await self.compute.put(f"{url}/{name}", want)
+
+    async def _service(self, ns: str, subdomain: str) -> None:
+        name = naming.compute_name(self.b.tenant, ns, subdomain)
+        if f"{self.b.namespace}/{name}" in self.caches.compute_services.store:
+            return
+        upstream = await self.tenant.get_or_none(path("", "v1", "services", ns, subdomain))
+        ports = [{k: v for k, v in p.items() if k in ("name", "port", "protocol", "targetPort")}
+                 for p in ((upstream or {}).get("spec", {}).get("ports") or [])]
+        body: Obj = {
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": self.b.namespace,
+                         "labels": {**naming.owner_labels(self.b.tenant, self.b.node, ns),
+                                    naming.KIND_LABEL: "Service"},
+                         "annotations": {naming.UPSTREAM_NAME_ANNOTATION: subdomain}},
+            "spec": {"clusterIP": "None", "selector": {naming.SUBDOMAIN_LABEL: name},
+                     "publishNotReadyAddresses": True, "ports": ports},
+        }
+        try:
+            created = await self.compute.create(path("", "v1", "services", self.b.namespace), body)
+            self.caches.compute_services.store[f"{self.b.namespace}/{name}"] = created
+        except Exception as exc:
+            if status_of(exc) != 409:
+                raise
+
+    async def _token(self, pod: Obj, source: Obj) -> float:
+        """A token for the pod's ServiceAccount, bound to the tenant pod, kept fresh in a compute Secret."""
+        meta, spec = pod["metadata"], pod.get("spec", {})
+        name = token_secret_name(self.b, pod)
+        key = f"{self.b.namespace}/{name}"
+        have = self.caches.compute_secrets.store.get(key)
+        now = time.time()
+        if have is not None:
+            ann = have["metadata"].get("annotations") or {}
+            issued, expires = float(ann.get(TOKEN_ISSUED, 0)), float(ann.get(TOKEN_EXPIRES, 0))
+            refresh_at = issued + 0.8 * (expires - issued)
+            if now < refresh_at:
+                return refresh_at - now
+        sa = spec.get("serviceAccountName") or "default"
+        req: Obj = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {
+            "expirationSeconds": int(source.get("expirationSeconds") or 3607),
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]},
+        }}
+        if source.get("audience"):
+            req["spec"]["audiences"] = [source["audience"]]
+        resp = await self.tenant.create(path("", "v1", "serviceaccounts", meta["namespace"], sa, "token"), req)
+        expires = _ts(resp["status"]["expirationTimestamp"])
+        body: Obj = {
+            "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": name, "namespace": self.b.namespace,
+                         "labels": {**naming.owner_labels(self.b.tenant, self.b.node, meta["namespace"]),
+                                    naming.KIND_LABEL: "ServiceAccountToken"},
+                         "annotations": {naming.UPSTREAM_NAME_ANNOTATION: meta["name"],
+                                         TOKEN_ISSUED: str(now), TOKEN_EXPIRES: str(expires)}},
+            "stringData": {"token": resp["status"]["token"], "namespace": meta["namespace"]},
+        }
+        url = path("", "v1", "secrets", self.b.namespace)
+        if have is None:
+            try:
+                self.caches.compute_secrets.store[key] = await self.compute.create(url, body)
+            except Exception as exc:
+                if status_of(exc) != 409:
+                    raise
+                have = await self.compute.get(f"{url}/{name}")
+        if have is not None:
+            body["metadata"]["resourceVersion"] = have["metadata"]["resourceVersion"]
+            self.caches.compute_secrets.store[key] = await self.compute.put(f"{url}/{name}", body)
+        return 0.8 * (expires - now)
+
+    async def sweep(self) -> int:
+        """Delete owned copies that no owned compute pod references any more (only after caches synced)."""
+        used: dict[str, set[str]] = {"configmaps": set(), "secrets": set(), "services": set()}
+        for pod in self.caches.compute_pods.store.values():
+            needs = needs_of(pod)
+            used["configmaps"] |= needs.configmaps
+            used["secrets"] |= needs.secrets
+            if needs.subdomain:
+                used["services"].add(needs.subdomain)
+        deleted = 0
+        now = time.time()
+        for plural, cache in (("configmaps", self.caches.compute_configmaps.store),
+                              ("secrets", self.caches.compute_secrets.store),
+                              ("services", self.caches.compute_services.store)):
+            for obj in list(cache.values()):
+                meta = obj["metadata"]
+                if meta["name"] in used[plural] or now - _ts(meta.get("creationTimestamp") or
+                                                             "1970-01-01T00:00:00Z") < GC_AGE_S:
+                    continue
+                try:
+                    await self.compute.delete(path("", "v1", plural, self.b.namespace, meta["name"]))
+                except Exception as exc:
+                    if status_of(exc) != 404:
+                        log.warning("collecting a copy failed", kind=plural, name=meta["name"], error=str(exc)[:200])
+                        continue
+                cache.pop(f"{self.b.namespace}/{meta['name']}", None)
+                metrics.GC_DELETED.labels(plural).inc()
+                deleted += 1
+        return deleted
+
+
+def _optional_refs(pod: Obj) -> set[str]:
+    spec = pod.get("spec", {})
+    out: set[str] = set()
+    for vol in spec.get("volumes", []):
+        for key in ("configMap", "secret"):
+            src = vol.get(key) or {}
+            if src.get("optional"):
+                out.add(src.get("name") or src.get("secretName") or "")
+        for src in (vol.get("projected") or {}).get("sources") or []:
+            for key in ("configMap", "secret"):
+                if (src.get(key) or {}).get("optional"):
+                    out.add(src[key]["name"])
+    for c in [*spec.get("initContainers", []), *spec.get("containers", [])]:
+        for env in c.get("env") or []:
+            for ref in (env.get("valueFrom") or {}).values():
+                if isinstance(ref, dict) and ref.get("optional") and "name" in ref:
+                    out.add(ref["name"])
+        for src in c.get("envFrom") or []:
+            for ref in src.values():
+                if isinstance(ref, dict) and ref.get("optional"):
+                    out.add(ref.get("name", ""))
+    return out

@@ -1,0 +1,138 @@
+"""Gangs across the boundary: a tenant operator's PodGroup (Volcano, scheduler-plugins) or Kueue pod
+group becomes one Kube-Ferry PodGroup in the compute cluster, and its phase flows back.
+
+Playing the tenant's gang scheduler also means admitting its PodGroups (Volcano's ``Inqueue``):
+Training-Operator creates no pods before that.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ferry.kube.rest import Rest, path, status_of
+from vnode import naming
+from vnode.caches import FERRY_PG, PLUGINS_PG, VOLCANO_PG, Caches
+from vnode.translate import Bridge, GangRef, gang_of
+
+Obj = dict[str, Any]
+TIER_ANNOTATION = naming.PREFIX + "tier"
+# compute phase -> tenant phase, per convention
+VOLCANO_PHASE = {"Pending": "Inqueue", "Privileged": "Inqueue", "Running": "Running", "WillEvict": "Running",
+                 "Succeeded": "Completed", "Failed": "Unknown", "Evicted": "Unknown"}
+PLUGINS_PHASE = {"Pending": "Scheduling", "Privileged": "Scheduling", "Running": "Running",
+                 "WillEvict": "Running", "Succeeded": "Finished", "Failed": "Failed", "Evicted": "Failed"}
+ADMITTED = {"volcano": "Inqueue", "scheduler-plugins": "Scheduling"}
+
+
+class NotReady(Exception):
+    """The gang's tenant PodGroup is not there yet."""
+
+
+def compute_group_name(b: Bridge, gang: GangRef) -> str:
+    return naming.compute_name(b.tenant, gang.namespace, f"{gang.kind}.{gang.name}")
+
+
+def _gvr(kind: str) -> tuple[str, str, str]:
+    return VOLCANO_PG if kind == "volcano" else PLUGINS_PG
+
+
+class Gangs:
+    def __init__(self, b: Bridge, tenant: Rest, compute: Rest, caches: Caches) -> None:
+        self.b = b
+        self.tenant = tenant
+        self.compute = compute
+        self.caches = caches
+
+    def tenant_group(self, gang: GangRef) -> Obj | None:
+        inf = self.caches.tenant_groups.get(gang.kind)
+        return None if inf is None else inf.store.get(f"{gang.namespace}/{gang.name}")
+
+    def compute_spec(self, gang: GangRef, pod: Obj) -> Obj:
+        """Minimum members/resources from the tenant's group; queue and priority from the bridge."""
+        group = self.tenant_group(gang)
+        spec = (group or {}).get("spec", {})
+        if gang.kind == "kueue":
+            if gang.total is None:
+                raise NotReady(f"Kueue pod group {gang.name} has no kueue.x-k8s.io/pod-group-total-count")
+            min_member = gang.total
+        elif group is None:
+            raise NotReady(f"{gang.kind} PodGroup {gang.name} does not exist")
+        else:
+            min_member = int(spec.get("minMember") or 1)
+        priority = min(int(pod.get("spec", {}).get("priority") or 0), self.b.max_priority)
+        tier = "Elastic" if ((group or pod)["metadata"].get("annotations") or {}).get(TIER_ANNOTATION) == "Elastic" \
+            else "Guaranteed"
+        out: Obj = {"minMember": min_member, "queue": self.b.queue, "priority": priority, "tier": tier}
+        if spec.get("minResources"):
+            out["minResources"] = {k: str(v) for k, v in spec["minResources"].items()}
+        if spec.get("minTaskMember"):
+            out["minTaskMember"] = {str(k).lower(): int(v) for k, v in spec["minTaskMember"].items()}
+        return out
+
+    async def ensure(self, pod: Obj) -> None:
+        """Create the compute PodGroup of ``pod``'s gang before the pod (the scheduler waits for it)."""
+        gang = gang_of(pod)
+        if gang is None:
+            return
+        name = compute_group_name(self.b, gang)
+        key = f"{self.b.namespace}/{name}"
+        if key in self.caches.compute_groups.store:
+            return
+        body: Obj = {
+            "apiVersion": "scheduling.kubeferry.io/v1alpha1", "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": self.b.namespace,
+                         "labels": {**naming.owner_labels(self.b.tenant, self.b.node, gang.namespace),
+                                    naming.KIND_LABEL: gang.kind},
+                         "annotations": {naming.UPSTREAM_NAME_ANNOTATION: gang.name}},
+            "spec": self.compute_spec(gang, pod),
+        }
+        try:
+            created = await self.compute.create(path(*FERRY_PG[:2], "podgroups", self.b.namespace), body)
+            self.caches.compute_groups.store[key] = created
+        except Exception as exc:
+            if status_of(exc) != 409:
+                raise
+
+    async def admit(self, kind: str, group: Obj) -> None:
+        """Set a fresh tenant PodGroup's phase as its own scheduler would on admission."""
+        if kind not in ADMITTED or (group.get("status") or {}).get("phase") not in (None, "", "Pending"):
+            return
+        await self._write_status(kind, group, {"phase": ADMITTED[kind]})
+
+    async def reflect(self, compute_group: Obj) -> None:
+        """Copy a compute PodGroup's phase and counts to the tenant PodGroup it stands for."""
+        kind = compute_group["metadata"].get("labels", {}).get(naming.KIND_LABEL, "")
+        if kind not in ADMITTED:
+            return
+        ns = compute_group["metadata"]["labels"][naming.UPSTREAM_NS_LABEL]
+        name = compute_group["metadata"]["annotations"][naming.UPSTREAM_NAME_ANNOTATION]
+        group = self.tenant_group(GangRef(kind, ns, name))
+        if group is None:
+            return
+        cstat = compute_group.get("status") or {}
+        table = VOLCANO_PHASE if kind == "volcano" else PLUGINS_PHASE
+        want: Obj = {"phase": table.get(cstat.get("phase", "Pending"), ADMITTED[kind])}
+        for k in ("running", "succeeded", "failed"):
+            if k in cstat:
+                want[k] = cstat[k]
+        have = group.get("status") or {}
+        if all(have.get(k) == v for k, v in want.items()):
+            return
+        await self._write_status(kind, group, want)
+
+    async def _write_status(self, kind: str, group: Obj, status: Obj) -> None:
+        meta = group["metadata"]
+        url = path(*_gvr(kind), meta["namespace"], meta["name"])
+        try:
+            await self.tenant.patch(url + "/status", {"status": status})
+        except Exception as exc:
+            if status_of(exc) != 404:
+                raise
+            await self.tenant.patch(url, {"status": status})  # a CRD without the status subresource
+
+    def stale_groups(self) -> list[Obj]:
+        """Compute PodGroups none of whose owned pods remain."""
+        from vnode.translate import POD_GROUP_LABEL
+
+        used = {p["metadata"].get("labels", {}).get(POD_GROUP_LABEL) for p in self.caches.compute_pods.store.values()}
+        return [g for g in self.caches.compute_groups.store.values() if g["metadata"]["name"] not in used]

@@ -1,0 +1,119 @@
+"""The kubelet API of the virtual node (TLS): ``/containerLogs`` streamed from the compute cluster.
+
+Callers are authenticated like a kubelet does it (a client certificate from the tenant cluster's CA,
+else a bearer token checked by TokenReview) and authorised by SubjectAccessReview on
+``nodes/proxy`` (``nodes/log`` style paths map to it on real kubelets too). Log bytes are relayed
+chunk by chunk; ``await write`` is the backpressure, so a slow reader never buffers a whole log.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from ferry.kube.rest import Rest, path, status_of
+from vnode import naming
+
+Obj = dict[str, Any]
+LOG_PARAMS = ("follow", "tailLines", "sinceSeconds", "sinceTime", "timestamps", "previous", "limitBytes")
+log = structlog.get_logger("ferry.vnode.kubelet")
+
+
+def ssl_context(cert: Path, key: Path, client_ca: Path | None) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    if client_ca is not None:
+        ctx.load_verify_locations(cafile=str(client_ca))
+        ctx.verify_mode = ssl.CERT_OPTIONAL
+    return ctx
+
+
+def _subject(cert: dict[str, Any]) -> tuple[str, list[str]]:
+    user, groups = "", []
+    for rdn in cert.get("subject", ()):
+        for k, v in rdn:
+            if k == "commonName":
+                user = v
+            elif k == "organizationName":
+                groups.append(v)
+    return user, groups
+
+
+class KubeletAPI:
+    def __init__(self, node: str, tenant_name: str, compute_ns: str, tenant: Rest, compute: Rest,
+                 tenant_pod: Callable[[str], Obj | None]) -> None:
+        self.node = node
+        self.tenant_name = tenant_name
+        self.compute_ns = compute_ns
+        self.tenant = tenant
+        self.compute = compute
+        self.tenant_pod = tenant_pod
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", self._logs)
+        return app
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _who(self, request: web.Request) -> tuple[str, list[str]] | None:
+        transport = request.transport
+        sslobj = transport.get_extra_info("ssl_object") if transport is not None else None
+        cert = sslobj.getpeercert() if sslobj is not None else None
+        if cert:
+            return _subject(cert)
+        auth = request.headers.get("Authorization", "")
+        if not auth.startswith("Bearer "):
+            return None
+        review = await self.tenant.create(path("authentication.k8s.io", "v1", "tokenreviews"), {
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": auth[7:]}})
+        st = review.get("status", {})
+        if not st.get("authenticated"):
+            return None
+        return st["user"].get("username", ""), list(st["user"].get("groups") or [])
+
+    async def _allowed(self, user: str, groups: list[str]) -> bool:
+        review = await self.tenant.create(path("authorization.k8s.io", "v1", "subjectaccessreviews"), {
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": user, "groups": groups, "resourceAttributes": {
+                "verb": "get", "resource": "nodes", "subresource": "proxy", "name": self.node}}})
+        return bool(review.get("status", {}).get("allowed"))
+
+    async def _logs(self, request: web.Request) -> web.StreamResponse:
+        who = await self._who(request)
+        if who is None:
+            return web.Response(status=401, text="Unauthorized")
+        if not await self._allowed(*who):
+            return web.Response(status=403, text=f"Forbidden (user={who[0]}, verb=get, resource=nodes, "
+                                                 f"subresource=proxy)")
+        ns, name, container = (request.match_info[k] for k in ("namespace", "pod", "container"))
+        pod = self.tenant_pod(f"{ns}/{name}")
+        if pod is None or pod.get("spec", {}).get("nodeName") != self.node:
+            return web.Response(status=404, text=f"pod {ns}/{name} is not on node {self.node}")
+        query: Obj = {"container": container}
+        for k in LOG_PARAMS:
+            if k in request.query:
+                query[k] = request.query[k]
+        follow = query.get("follow") in ("true", "1")
+        cname = naming.compute_name(self.tenant_name, ns, name)
+        try:
+            upstream = await self.compute.raw("GET", path("", "v1", "pods", self.compute_ns, cname, "log"),
+                                              query=query, timeout=None if follow else 60.0)
+        except Exception as exc:
+            code = status_of(exc) or 502
+            body = getattr(exc, "body", None) or str(exc)
+            return web.Response(status=code, text=f"compute cluster: {str(body)[:500]}")
+        resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await resp.prepare(request)
+        async with upstream:
+            async for chunk in upstream.content.iter_any():
+                await resp.write(chunk)
+        await resp.write_eof()
+        return resp

@@ -1,0 +1,23 @@
+"""Prometheus metrics of a vnode."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry()
+
+PODS_CREATED = Counter("kube_ferry_vnode_compute_pods_created_total", "Compute pods created", registry=REGISTRY)
+PODS_DELETED = Counter("kube_ferry_vnode_compute_pods_deleted_total", "Compute pods deleted, by why",
+                       ["reason"], registry=REGISTRY)
+PODS_REFUSED = Counter("kube_ferry_vnode_pods_refused_total", "Tenant pods refused as unsafe", registry=REGISTRY)
+PODS_BOUND = Counter("kube_ferry_vnode_pods_bound_total", "Tenant pods bound to the virtual node",
+                     registry=REGISTRY)
+STATUS_UPDATES = Counter("kube_ferry_vnode_status_updates_total", "Tenant pod status writes", registry=REGISTRY)
+RECONCILE_SECONDS = Histogram("kube_ferry_vnode_reconcile_duration_seconds", "Time to reconcile one pod",
+                              buckets=(0.001, 0.004, 0.016, 0.064, 0.256, 1.024, 4.096), registry=REGISTRY)
+QUEUE_DEPTH = Gauge("kube_ferry_vnode_workqueue_depth", "Keys waiting or in progress", ["queue"],
+                    registry=REGISTRY)
+COMPUTE_REACHABLE = Gauge("kube_ferry_vnode_compute_reachable", "1 while the compute API answers",
+                          registry=REGISTRY)
+GC_DELETED = Counter("kube_ferry_vnode_copies_collected_total", "Copied objects deleted as unused", ["kind"],
+                     registry=REGISTRY)

@@ -1,0 +1,179 @@
+"""The virtual Node in the tenant cluster: registration, Lease heartbeat, capacity and conditions.
+
+Capacity is what the tenant may use: its Queue's maximum where set, never more than the compute
+cluster's Ready capacity, never negative. The node stays Ready while the compute cluster is
+unreachable (a NotReady node would make the tenant's controllers evict every pod); a separate
+condition and an Event say what is wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import structlog
+
+from ferry.kube import quantity
+from ferry.kube.rest import Rest, path, status_of
+from vnode.caches import Caches
+from vnode.events import Recorder
+from vnode.status import now
+
+Obj = dict[str, Any]
+TAINT = {"key": "virtual-kubelet.io/provider", "value": "kube-ferry", "effect": "NoSchedule"}
+REACHABLE = "ComputeClusterReachable"
+VERSION = "v1.36.3-kube-ferry"
+LEASE_S = 40
+log = structlog.get_logger("ferry.vnode.node")
+
+
+def capacity(nodes: list[Obj], queue: Obj | None, max_pods: int) -> dict[str, str]:
+    """Sum of Ready compute nodes' allocatable, capped by the queue's maximum GPUs."""
+    cpu_m = mem_mi = gpus = 0.0
+    for n in nodes:
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in n.get("status", {}).get("conditions") or [])
+        if not ready or n.get("spec", {}).get("unschedulable"):
+            continue
+        alloc = n.get("status", {}).get("allocatable") or {}
+        cpu_m += quantity.milli(alloc.get("cpu", "0"))
+        mem_mi += quantity.mebi(alloc.get("memory", "0"))
+        gpus += float(alloc.get("nvidia.com/gpu", 0) or 0)
+    cap = ((queue or {}).get("spec", {}).get("max") or {}).get("gpu")
+    if cap is not None:
+        gpus = min(gpus, float(cap))
+    return {"cpu": f"{max(int(cpu_m), 0)}m", "memory": f"{max(int(mem_mi), 0)}Mi",
+            "nvidia.com/gpu": str(max(int(gpus), 0)), "pods": str(max_pods)}
+
+
+class VirtualNode:
+    def __init__(self, name: str, tenant_label: str, ip: str, port: int, tenant: Rest, caches: Caches,
+                 recorder: Recorder, max_pods: int, heartbeat_s: float) -> None:
+        self.name = name
+        self.tenant_label = tenant_label
+        self.ip = ip
+        self.port = port
+        self.rest = tenant
+        self.caches = caches
+        self.events = recorder
+        self.max_pods = max_pods
+        self.heartbeat_s = heartbeat_s
+        self.registered = asyncio.Event()
+        self.changed = asyncio.Event()  # capacity inputs changed
+        self._reported: tuple[dict[str, str], bool] | None = None
+        self._uid = ""
+
+    def _object(self) -> Obj:
+        return {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": self.name, "labels": {
+                "type": "virtual-kubelet", "kubernetes.io/role": "agent", "kubernetes.io/hostname": self.name,
+                "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+                "node.kubernetes.io/instance-type": "kube-ferry", "kubeferry.io/tenant": self.tenant_label,
+                "kubeferry.io/role": "virtual-node"}},
+            "spec": {"taints": [TAINT]},
+        }
+
+    async def register(self) -> None:
+        url = path("", "v1", "nodes")
+        try:
+            node = await self.rest.create(url, self._object())
+        except Exception as exc:
+            if status_of(exc) != 409:
+                raise
+            want = self._object()
+            node = await self.rest.patch(f"{url}/{self.name}", {"metadata": {"labels": want["metadata"]["labels"]}})
+            taints = [t for t in node.get("spec", {}).get("taints") or [] if t.get("key") != TAINT["key"]]
+            node = await self.rest.patch(f"{url}/{self.name}", {"spec": {"taints": [*taints, TAINT]}})
+        self._uid = node["metadata"]["uid"]
+        await self.update_status(force=True)
+        self.registered.set()
+        log.info("virtual node registered", node=self.name)
+
+    def _status(self, cap: dict[str, str], reachable: bool, why: str | None) -> Obj:
+        stamp = now()
+        reach = {"type": REACHABLE, "status": "True" if reachable else "False", "lastHeartbeatTime": stamp,
+                 "reason": "ComputeAPIAnswers" if reachable else "ComputeAPIUnreachable",
+                 "message": "the compute cluster answers" if reachable else
+                 f"the compute cluster does not answer ({why}); pods stay in place and converge on its return"}
+        return {
+            "capacity": cap, "allocatable": cap,
+            "conditions": [
+                {"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": stamp,
+                 "message": "kube-ferry virtual node is ready"},
+                {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory",
+                 "lastHeartbeatTime": stamp},
+                {"type": "DiskPressure", "status": "False", "reason": "KubeletHasNoDiskPressure",
+                 "lastHeartbeatTime": stamp},
+                {"type": "PIDPressure", "status": "False", "reason": "KubeletHasSufficientPID",
+                 "lastHeartbeatTime": stamp},
+                {"type": "NetworkUnavailable", "status": "False", "reason": "RouteCreated",
+                 "lastHeartbeatTime": stamp},
+                reach,
+            ],
+            "addresses": [{"type": "InternalIP", "address": self.ip}, {"type": "Hostname", "address": self.name}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self.port}},
+            "nodeInfo": {"kubeletVersion": VERSION, "kubeProxyVersion": "", "operatingSystem": "linux",
+                         "architecture": "amd64", "containerRuntimeVersion": "kube-ferry://1",
+                         "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "", "osImage": "Kube-Ferry"},
+        }
+
+    async def update_status(self, force: bool = False) -> None:
+        why = self.caches.compute_error()
+        reachable = why is None
+        cap = capacity(list(self.caches.compute_nodes.store.values()),
+                       next(iter(self.caches.compute_queues.store.values()), None), self.max_pods)
+        if not self.caches.compute_nodes.synced.is_set() and self._reported is not None:
+            cap = self._reported[0]  # never report zero before the compute cache is filled
+        state = (cap, reachable)
+        if not force and state == self._reported:
+            return
+        await self.rest.patch(path("", "v1", "nodes", None, self.name, "status"),
+                              {"status": self._status(cap, reachable, why)},
+                              content_type="application/strategic-merge-patch+json")
+        if self._reported is not None and self._reported[1] != reachable:
+            ref = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.name, "uid": self.name}}
+            if reachable:
+                await self.events.emit(ref, "Normal", "ComputeClusterReachable", "the compute cluster answers again",
+                                       key=f"reachable-{now()}")
+            else:
+                await self.events.emit(ref, "Warning", "ComputeClusterUnreachable",
+                                       f"the compute cluster does not answer: {why}", key=f"unreachable-{now()}")
+        self._reported = state
+
+    async def _renew_lease(self) -> None:
+        url = path("coordination.k8s.io", "v1", "leases", "kube-node-lease")
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": "kube-node-lease",
+                             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": self.name,
+                                                  "uid": self._uid}]},
+                "spec": {"holderIdentity": self.name, "leaseDurationSeconds": LEASE_S,
+                         "renewTime": now().replace("Z", ".000000Z")}}
+        try:
+            await self.rest.patch(f"{url}/{self.name}", {"spec": body["spec"]})
+        except Exception as exc:
+            if status_of(exc) != 404:
+                raise
+            await self.rest.create(url, body)
+
+    async def run(self) -> None:
+        """Heartbeat the Lease; refresh status on change and at least every minute (as kubelets do)."""
+        last_full = 0.0
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                if not self.registered.is_set():
+                    await self.register()
+                await self._renew_lease()
+                force = loop.time() - last_full > 60
+                await self.update_status(force=force)
+                if force:
+                    last_full = loop.time()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("node heartbeat failed", error=str(exc)[:200])
+            self.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), self.heartbeat_s)

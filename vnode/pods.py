@@ -1,0 +1,225 @@
+"""Level-triggered reconciliation of one tenant pod with its compute pod.
+
+Given only the two caches (and a little memory of the last compute object seen), each call drives
+the pair one step towards: a tenant pod bound to this node has exactly one compute pod, created
+with its dependencies; the compute pod's status shows upstream; deletion flows down and finishes
+upstream; a compute pod nothing upstream owns is deleted. The same call is correct after a
+restart, so a crashed vnode converges without duplicates, orphans or lost pods.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import structlog
+
+from ferry.kube.rest import Rest, path, status_of
+from ferry.kube.workqueue import WorkQueue
+from vnode import metrics, naming, status
+from vnode.caches import Caches
+from vnode.copies import Copies, MissingDependency
+from vnode.events import Recorder
+from vnode.gangs import Gangs, NotReady
+from vnode.translate import Bridge, PodSecurity, compute_pod, refusal
+
+Obj = dict[str, Any]
+log = structlog.get_logger("ferry.vnode.pods")
+
+
+class PodReconciler:
+    def __init__(self, b: Bridge, tenant: Rest, compute: Rest, caches: Caches, recorder: Recorder,
+                 host_ip: str, pod_security: PodSecurity) -> None:
+        self.b = b
+        self.tenant = tenant
+        self.compute = compute
+        self.caches = caches
+        self.events = recorder
+        self.host_ip = host_ip
+        self.pod_security = pod_security
+        self.copies = Copies(b, tenant, compute, caches)
+        self.gangs = Gangs(b, tenant, compute, caches)
+        self.queue = WorkQueue("pods")
+        self.last_compute: dict[str, Obj] = {}  # tenant key -> last compute pod seen (for preemption)
+        self.first_seen: dict[str, float] = {}  # tenant key -> when it was first seen bound (latency)
+
+    # ------------------------------------------------------------------ keys
+    def compute_key(self, ns: str, name: str) -> str:
+        return f"{self.b.namespace}/{naming.compute_name(self.b.tenant, ns, name)}"
+
+    @staticmethod
+    def tenant_key_of(compute: Obj) -> str | None:
+        meta = compute["metadata"]
+        ns = (meta.get("labels") or {}).get(naming.UPSTREAM_NS_LABEL)
+        name = (meta.get("annotations") or {}).get(naming.UPSTREAM_NAME_ANNOTATION)
+        return f"{ns}/{name}" if ns and name else None
+
+    def on_tenant_pod(self, _kind: str, pod: Obj) -> None:
+        if pod.get("spec", {}).get("nodeName") == self.b.node:
+            self.queue.add(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
+
+    def on_compute_pod(self, kind: str, pod: Obj) -> None:
+        key = self.tenant_key_of(pod)
+        if key is None:
+            return
+        if kind != "DELETED":
+            self.last_compute[key] = pod
+        self.queue.add(key)
+
+    def enqueue_all(self) -> None:
+        """Every pair either side knows about (start-up, after an outage, periodic resync)."""
+        for pod in list(self.caches.tenant_pods.store.values()):
+            self.on_tenant_pod("SYNC", pod)
+        for pod in list(self.caches.compute_pods.store.values()):
+            if (key := self.tenant_key_of(pod)) is not None:
+                self.queue.add(key)
+
+    # ------------------------------------------------------------- reconcile
+    async def reconcile(self, key: str) -> None:
+        start = time.perf_counter()
+        try:
+            await self._reconcile(key)
+        finally:
+            metrics.RECONCILE_SECONDS.observe(time.perf_counter() - start)
+
+    async def _reconcile(self, key: str) -> None:
+        if not self.caches.synced():
+            self.queue.add_after(key, 0.5)
+            return
+        ns, name = key.split("/", 1)
+        tp = self.caches.tenant_pods.store.get(key)
+        ckey = self.compute_key(ns, name)
+        cp = self.caches.compute_pods.store.get(ckey)
+        mine = tp is not None and tp.get("spec", {}).get("nodeName") == self.b.node
+        if tp is None or not mine:
+            if cp is not None:
+                await self._delete_compute(cp, "orphan")
+            self.last_compute.pop(key, None)
+            return
+        assert tp is not None
+        uid = tp["metadata"]["uid"]
+        if cp is not None and cp["metadata"].get("labels", {}).get(naming.UPSTREAM_UID_LABEL) != uid:
+            await self._delete_compute(cp, "stale-incarnation")  # same name, earlier tenant pod
+            return
+        if tp["metadata"].get("deletionTimestamp"):
+            await self._deleting(tp, cp)
+            return
+        if status.terminal(tp):
+            if cp is not None and not status.terminal(cp) and not cp["metadata"].get("deletionTimestamp"):
+                await self._delete_compute(cp, "tenant-terminal")
+            return
+        if cp is None and status.forwarded(tp):
+            await self._lost(key, tp)
+            return
+        if cp is None:
+            await self._create(key, tp)
+            return
+        if cp["metadata"].get("deletionTimestamp") and status.is_true(cp.get("status", {}), status.DISRUPTION):
+            await self._fail(tp, "Preempted", "the Kube-Ferry scheduler preempted this pod's job in the compute "
+                             "cluster", disruption=True)
+            return
+        refresh = await self.copies.ensure(tp)
+        if refresh is not None:
+            self.queue.add_after(key, max(refresh, 1.0))
+        await self._mirror(tp, cp)
+
+    async def _create(self, key: str, tp: Obj) -> None:
+        why = refusal(tp, self.pod_security)
+        if why is not None:
+            metrics.PODS_REFUSED.inc()
+            await self.events.emit(tp, "Warning", "Refused", f"Kube-Ferry refused this pod: {why}")
+            await self._fail(tp, "Refused", f"Kube-Ferry refused this pod: {why}")
+            return
+        try:
+            await self.gangs.ensure(tp)
+            refresh = await self.copies.ensure(tp)
+        except (MissingDependency, NotReady) as exc:
+            await self.events.emit(tp, "Warning", "FailedMount" if isinstance(exc, MissingDependency) else
+                                   "GangNotReady", f"waiting before creating the pod: {exc}", key=str(exc))
+            raise
+        body = compute_pod(tp, self.b)
+        url = path("", "v1", "pods", self.b.namespace)
+        try:
+            created = await self.compute.create(url, body)
+            metrics.PODS_CREATED.inc()
+        except Exception as exc:
+            if status_of(exc) != 409:
+                raise
+            created = await self.compute.get(f"{url}/{body['metadata']['name']}")  # ours from before a restart?
+            if created["metadata"].get("labels", {}).get(naming.UPSTREAM_UID_LABEL) != tp["metadata"]["uid"]:
+                await self._delete_compute(created, "stale-incarnation")
+                raise RuntimeError("a compute pod of an earlier pod with this name is being removed") from exc
+        # Remember it now: the watch may deliver it after the next reconcile of this key.
+        self.caches.compute_pods.store[f"{self.b.namespace}/{created['metadata']['name']}"] = created
+        self.last_compute[key] = created
+        if refresh is not None:
+            self.queue.add_after(key, max(refresh, 1.0))
+        await self._mirror(tp, created)
+
+    async def _mirror(self, tp: Obj, cp: Obj) -> None:
+        new = status.mirrored(cp, tp, self.host_ip)
+        if new is None:
+            return
+        meta = tp["metadata"]
+        updated = await self.tenant.patch(path("", "v1", "pods", meta["namespace"], meta["name"], "status"),
+                                          {"metadata": {"uid": meta["uid"]}, "status": new})
+        self.caches.tenant_pods.store[f"{meta['namespace']}/{meta['name']}"] = updated
+        metrics.STATUS_UPDATES.inc()
+        old_conds = status.conditions(tp.get("status", {}))
+        if status.is_true(new, status.WILL_EVICT) and not status.is_true({"conditions": list(old_conds.values())},
+                                                                          status.WILL_EVICT):
+            msg = status.conditions(new).get(status.WILL_EVICT, {}).get("message", "")
+            await self.events.emit(tp, "Warning", "WillEvict", msg or "the pod's job will be preempted")
+
+    async def _lost(self, key: str, tp: Obj) -> None:
+        """The compute pod of a forwarded pod is gone: confirm on the API, then fail the tenant pod."""
+        meta = tp["metadata"]
+        cname = naming.compute_name(self.b.tenant, meta["namespace"], meta["name"])
+        live = await self.compute.get_or_none(path("", "v1", "pods", self.b.namespace, cname))
+        if live is not None:  # the cache lags: nothing is lost
+            self.caches.compute_pods.store[f"{self.b.namespace}/{cname}"] = live
+            self.queue.add(key)
+            return
+        if status.was_preempted(tp, self.last_compute.get(key)):
+            await self._fail(tp, "Preempted", "the Kube-Ferry scheduler preempted this pod's job in the compute "
+                             "cluster", disruption=True)
+        else:
+            await self._fail(tp, "ComputePodLost", "the pod's copy in the compute cluster was deleted")
+        self.last_compute.pop(key, None)
+
+    async def _fail(self, tp: Obj, reason: str, message: str, disruption: bool = False) -> None:
+        meta = tp["metadata"]
+        body = {"metadata": {"uid": meta["uid"]}, "status": status.failed(tp, reason, message, disruption)}
+        updated = await self.tenant.patch(path("", "v1", "pods", meta["namespace"], meta["name"], "status"), body)
+        self.caches.tenant_pods.store[f"{meta['namespace']}/{meta['name']}"] = updated
+        metrics.STATUS_UPDATES.inc()
+        if reason == "Preempted":
+            await self.events.emit(tp, "Warning", "Preempted", message)
+
+    async def _deleting(self, tp: Obj, cp: Obj | None) -> None:
+        """Tenant deletion: delete the compute pod with the same grace, then finish the tenant pod."""
+        meta = tp["metadata"]
+        if cp is not None:
+            if not cp["metadata"].get("deletionTimestamp"):
+                grace = meta.get("deletionGracePeriodSeconds")
+                await self._delete_compute(cp, "tenant-deleted", grace)
+            return
+        try:
+            await self.tenant.delete(path("", "v1", "pods", meta["namespace"], meta["name"]),
+                                     {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}})
+        except Exception as exc:
+            if status_of(exc) not in (404, 409):
+                raise
+
+    async def _delete_compute(self, cp: Obj, why: str, grace: int | None = None) -> None:
+        meta = cp["metadata"]
+        body: Obj = {"preconditions": {"uid": meta["uid"]}}
+        if grace is not None:
+            body["gracePeriodSeconds"] = grace
+        try:
+            await self.compute.delete(path("", "v1", "pods", self.b.namespace, meta["name"]), body)
+            metrics.PODS_DELETED.labels(why).inc()
+        except Exception as exc:
+            if status_of(exc) not in (404, 409):
+                raise
+        log.info("compute pod deleted", pod=meta["name"], why=why)

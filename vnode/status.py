@@ -1,0 +1,104 @@
+"""The tenant pod's status as the compute pod reports it (pure; the reconciler writes it).
+
+A tenant pod is marked ``kubeferry.io/Forwarded`` once its compute pod exists: from then on a
+missing compute pod means the pod was lost or preempted (the tenant pod fails with that reason),
+never that it should be created again. A terminal tenant phase is final.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+Obj = dict[str, Any]
+FORWARDED = "kubeferry.io/Forwarded"
+WILL_EVICT = "kubeferry.io/WillEvict"
+DISRUPTION = "DisruptionTarget"
+TERMINAL = ("Succeeded", "Failed")
+MIRRORED_CONDITIONS = {"PodScheduled", "Initialized", "ContainersReady", "Ready", "PodReadyToStartContainers",
+                       DISRUPTION, WILL_EVICT}
+MIRRORED_FIELDS = ("phase", "podIP", "podIPs", "startTime", "reason", "message", "containerStatuses",
+                   "initContainerStatuses", "qosClass")
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def conditions(status: Obj) -> dict[str, Obj]:
+    return {c["type"]: c for c in status.get("conditions") or []}
+
+
+def is_true(status: Obj, ctype: str) -> bool:
+    return conditions(status).get(ctype, {}).get("status") == "True"
+
+
+def terminal(pod: Obj | None) -> bool:
+    return bool(pod) and (pod or {}).get("status", {}).get("phase") in TERMINAL
+
+
+def forwarded(pod: Obj) -> bool:
+    return is_true(pod.get("status", {}), FORWARDED)
+
+
+def _forwarded_condition(old: Obj) -> Obj:
+    prior = conditions(old).get(FORWARDED)
+    if prior and prior.get("status") == "True":
+        return prior
+    return {"type": FORWARDED, "status": "True", "reason": "ComputePodCreated", "lastTransitionTime": now(),
+            "message": "the pod runs in the shared compute cluster"}
+
+
+def mirrored(compute: Obj, tenant: Obj, host_ip: str) -> Obj | None:
+    """The status to write on the tenant pod, or None when nothing would change (or it is final)."""
+    old = tenant.get("status", {})
+    if old.get("phase") in TERMINAL:
+        return None
+    src = compute.get("status", {})
+    new: Obj = {k: src[k] for k in MIRRORED_FIELDS if k in src}
+    new.setdefault("phase", "Pending")
+    conds = [c for c in src.get("conditions") or [] if c.get("type") in MIRRORED_CONDITIONS]
+    conds.append(_forwarded_condition(old))
+    new["conditions"] = conds
+    new["hostIP"] = host_ip
+    new["hostIPs"] = [{"ip": host_ip}]
+    if all(old.get(k) == v for k, v in new.items()) and all(k in new for k in MIRRORED_FIELDS if k in old):
+        return None
+    # Fields the compute pod no longer reports are cleared (merge patch: null deletes).
+    for k in MIRRORED_FIELDS:
+        if k in old and k not in new:
+            new[k] = None
+    return new
+
+
+def failed(tenant: Obj, reason: str, message: str, disruption: bool = False) -> Obj:
+    """A final Failed status (the tenant's operator reacts to it; the vnode never re-creates the pod)."""
+    old = tenant.get("status", {})
+    conds = [c for c in old.get("conditions") or [] if c.get("type") not in ("Ready", "ContainersReady", DISRUPTION)]
+    stamp = now()
+    conds += [{"type": "Ready", "status": "False", "reason": "PodFailed", "lastTransitionTime": stamp},
+              {"type": "ContainersReady", "status": "False", "reason": "PodFailed", "lastTransitionTime": stamp}]
+    if disruption:
+        conds.append({"type": DISRUPTION, "status": "True", "reason": "PreemptionByScheduler",
+                      "message": message, "lastTransitionTime": stamp})
+    statuses = []
+    for cs in old.get("containerStatuses") or []:
+        state = cs.get("state") or {}
+        if "terminated" not in state:
+            cs = {**cs, "ready": False, "started": False,
+                  "state": {"terminated": {"exitCode": 137, "reason": reason, "message": message,
+                                           "startedAt": (state.get("running") or {}).get("startedAt"),
+                                           "finishedAt": stamp}}}
+        statuses.append(cs)
+    out: Obj = {"phase": "Failed", "reason": reason, "message": message, "conditions": conds}
+    if statuses:
+        out["containerStatuses"] = statuses
+    return out
+
+
+def was_preempted(tenant: Obj, last_compute: Obj | None) -> bool:
+    """The scheduler noticed or evicted the pod (its notice or DisruptionTarget was seen on either side)."""
+    for status in (tenant.get("status", {}), (last_compute or {}).get("status", {})):
+        if is_true(status, WILL_EVICT) or is_true(status, DISRUPTION):
+            return True
+    return False

@@ -1,0 +1,297 @@
+"""Tenant pod → compute pod: what is refused, what the pod needs, and the compute-side object.
+
+Pure functions on plain dicts, so every rule here is unit-tested without a cluster. Nothing a tenant
+writes can pick the compute scheduler's queue, priority or gang: those come from the bridge's own
+configuration, and ``kubeferry.io/`` keys from upstream are dropped unless allow-listed.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from vnode import naming
+
+Obj = dict[str, Any]
+PodSecurity = Literal["privileged", "baseline", "restricted"]
+
+SCHEDULER_NAME = "kube-ferry"
+POD_GROUP_LABEL = naming.PREFIX + "pod-group"
+TASK_LABEL = naming.PREFIX + "task"
+PASS_THROUGH = {naming.PREFIX + k for k in ("gpu-milli", "sim-duration", "sim-exit-code", "task")}
+DROPPED_ANNOTATIONS = {"kubectl.kubernetes.io/last-applied-configuration"}
+SUPPORTED_VOLUMES = {"configMap", "secret", "emptyDir", "projected", "downwardAPI"}
+# Pod Security Standards, baseline: capabilities a container may add.
+BASELINE_CAPS = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
+                 "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
+RESTRICTED_CAPS = {"NET_BIND_SERVICE"}
+NODE_SELECTOR_DROPPED = re.compile(r"^(kubernetes\.io/(hostname|role|os|arch)|type|node\.kubernetes\.io/.*"
+                                   r"|node-role\.kubernetes\.io/.*)$")
+KUEUE_GATES = {"kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology"}
+ROLE_KEYS = ("volcano.sh/task-spec", "training.kubeflow.org/replica-type", "training.kubeflow.org/job-role",
+             "jobset.sigs.k8s.io/replicatedjob-name", naming.PREFIX + "task")
+
+
+@dataclass(frozen=True)
+class Bridge:
+    """What translation needs to know about this vnode."""
+
+    tenant: str
+    node: str
+    namespace: str  # the tenant's namespace in the compute cluster
+    queue: str
+    max_priority: int = 0
+    pod_security: PodSecurity = "baseline"
+
+
+@dataclass(frozen=True)
+class GangRef:
+    """A tenant pod's gang as its operator marked it."""
+
+    kind: Literal["volcano", "scheduler-plugins", "kueue"]
+    namespace: str
+    name: str
+    total: int | None = None  # Kueue carries the size on the pod
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+
+@dataclass
+class Needs:
+    """Tenant objects a pod references; copies must exist before the compute pod does."""
+
+    configmaps: set[str] = field(default_factory=set)
+    secrets: set[str] = field(default_factory=set)
+    token: Obj | None = None  # the projected serviceAccountToken source, if any
+    subdomain: str | None = None
+
+
+# ----------------------------------------------------------------------------------------- gangs
+def gang_of(pod: Obj) -> GangRef | None:
+    meta = pod.get("metadata", {})
+    ann, labels, ns = meta.get("annotations") or {}, meta.get("labels") or {}, meta.get("namespace", "")
+    if name := ann.get("scheduling.k8s.io/group-name"):
+        return GangRef("volcano", ns, name)
+    if name := labels.get("scheduling.x-k8s.io/pod-group"):
+        return GangRef("scheduler-plugins", ns, name)
+    if name := ann.get("kueue.x-k8s.io/pod-group-name") or labels.get("kueue.x-k8s.io/pod-group-name"):
+        total = ann.get("kueue.x-k8s.io/pod-group-total-count", "")
+        return GangRef("kueue", ns, name, int(total) if total.isdigit() else None)
+    return None
+
+
+def role_of(pod: Obj) -> str | None:
+    meta = pod.get("metadata", {})
+    for key in ROLE_KEYS:
+        value = (meta.get("annotations") or {}).get(key) or (meta.get("labels") or {}).get(key)
+        if value:
+            return re.sub(r"[^A-Za-z0-9_.-]", "-", str(value).lower())[:63].strip("-_.") or None
+    return None
+
+
+# -------------------------------------------------------------------------------------- refusals
+def _containers(spec: Obj) -> list[Obj]:
+    return [*spec.get("initContainers", []), *spec.get("containers", [])]
+
+
+def refusal(pod: Obj, level: PodSecurity = "baseline") -> str | None:
+    """Why this pod may not run in the shared cluster, or None. Checked before anything is created."""
+    spec = pod.get("spec", {})
+    for vol in spec.get("volumes", []):
+        kinds = [k for k in vol if k != "name"]
+        for kind in kinds:
+            if kind == "hostPath":
+                return f"volume {vol.get('name')!r} uses hostPath, which the shared compute cluster does not allow"
+            if kind not in SUPPORTED_VOLUMES:
+                return (f"volume {vol.get('name')!r} has type {kind}, which Kube-Ferry cannot provide in the "
+                        f"compute cluster (supported: {', '.join(sorted(SUPPORTED_VOLUMES))})")
+    if level == "privileged":
+        return None
+    for host in ("hostNetwork", "hostPID", "hostIPC", "hostUsers"):
+        if spec.get(host) and host != "hostUsers":
+            return f"spec.{host} is not allowed by the {level} Pod Security level"
+    allowed = RESTRICTED_CAPS if level == "restricted" else BASELINE_CAPS
+    for c in _containers(spec):
+        sc = c.get("securityContext") or {}
+        name = c.get("name")
+        if sc.get("privileged"):
+            return f"container {name!r} is privileged, which the {level} Pod Security level does not allow"
+        extra = set((sc.get("capabilities") or {}).get("add") or []) - allowed
+        if extra:
+            return (f"container {name!r} adds capabilities {', '.join(sorted(extra))} beyond the {level} "
+                    f"Pod Security level")
+        if any(p.get("hostPort") for p in c.get("ports") or []):
+            return f"container {name!r} uses a hostPort, which the {level} Pod Security level does not allow"
+        if level == "restricted" and sc.get("allowPrivilegeEscalation", True):
+            return f"container {name!r} must set allowPrivilegeEscalation: false (restricted Pod Security level)"
+    return None
+
+
+# ----------------------------------------------------------------------------------------- needs
+def needs_of(pod: Obj) -> Needs:
+    spec = pod.get("spec", {})
+    out = Needs(subdomain=spec.get("subdomain") or None)
+    for vol in spec.get("volumes", []):
+        if cm := vol.get("configMap"):
+            out.configmaps.add(cm["name"])
+        if sec := vol.get("secret"):
+            out.secrets.add(sec["secretName"])
+        for src in (vol.get("projected") or {}).get("sources") or []:
+            if cm := src.get("configMap"):
+                out.configmaps.add(cm["name"])
+            if sec := src.get("secret"):
+                out.secrets.add(sec["name"])
+            if tok := src.get("serviceAccountToken"):
+                out.token = out.token or tok
+    for c in _containers(spec):
+        for env in c.get("env") or []:
+            ref = env.get("valueFrom") or {}
+            if cm := ref.get("configMapKeyRef"):
+                out.configmaps.add(cm["name"])
+            if sec := ref.get("secretKeyRef"):
+                out.secrets.add(sec["name"])
+        for src in c.get("envFrom") or []:
+            if cm := src.get("configMapRef"):
+                out.configmaps.add(cm["name"])
+            if sec := src.get("secretRef"):
+                out.secrets.add(sec["name"])
+    for ref in spec.get("imagePullSecrets") or []:
+        out.secrets.add(ref["name"])
+    return out
+
+
+def token_secret_name(b: Bridge, pod: Obj) -> str:
+    meta = pod["metadata"]
+    return naming.compute_name(b.tenant, meta["namespace"], meta["name"]) + "-sa-token"
+
+
+# ----------------------------------------------------------------------------------- compute pod
+def _kept(items: dict[str, str] | None) -> dict[str, str]:
+    return {k: v for k, v in (items or {}).items()
+            if (not k.startswith(naming.PREFIX) or k in PASS_THROUGH) and k not in DROPPED_ANNOTATIONS}
+
+
+def compute_pod(pod: Obj, b: Bridge) -> Obj:
+    """The compute-cluster pod for a tenant pod bound to this vnode."""
+    meta = pod["metadata"]
+    ns, name = meta["namespace"], meta["name"]
+    cname = naming.compute_name(b.tenant, ns, name)
+    spec = copy.deepcopy(pod.get("spec", {}))
+    labels = _kept(meta.get("labels"))
+    labels.update(naming.owner_labels(b.tenant, b.node, ns, meta["uid"]))
+    annotations = _kept(meta.get("annotations"))
+    annotations[naming.UPSTREAM_NAME_ANNOTATION] = name
+
+    for key in ("nodeName", "priority", "priorityClassName", "preemptionPolicy", "serviceAccount",
+                "serviceAccountName", "topologySpreadConstraints", "schedulingGates", "ephemeralContainers",
+                "runtimeClassName", "overhead"):
+        spec.pop(key, None)
+    spec["schedulerName"] = SCHEDULER_NAME
+    spec["automountServiceAccountToken"] = False
+    spec["enableServiceLinks"] = False
+    spec["hostname"] = (spec.get("hostname") or name)[:63].rstrip("-.")
+    if selector := spec.get("nodeSelector"):
+        spec["nodeSelector"] = {k: v for k, v in selector.items() if not NODE_SELECTOR_DROPPED.match(k)}
+    if (aff := spec.get("affinity")) is not None:
+        aff.pop("nodeAffinity", None)
+    spec["tolerations"] = [t for t in spec.get("tolerations") or []
+                           if not str(t.get("key", "")).startswith(("virtual-kubelet.io/", "node.kubernetes.io/"))]
+    if sub := spec.get("subdomain"):
+        svc = naming.compute_name(b.tenant, ns, sub)
+        spec["subdomain"] = svc
+        labels[naming.SUBDOMAIN_LABEL] = svc
+    if gang := gang_of(pod):
+        labels[POD_GROUP_LABEL] = naming.compute_name(b.tenant, ns, f"{gang.kind}.{gang.name}")
+    if role := role_of(pod):
+        labels[TASK_LABEL] = role
+
+    rename_cm = {n: naming.compute_name(b.tenant, ns, n) for n in needs_of(pod).configmaps}
+    rename_sec = {n: naming.compute_name(b.tenant, ns, n) for n in needs_of(pod).secrets}
+    token = token_secret_name(b, pod)
+    for vol in spec.get("volumes", []):
+        if cm := vol.get("configMap"):
+            cm["name"] = rename_cm[cm["name"]]
+        if sec := vol.get("secret"):
+            sec["secretName"] = rename_sec[sec["secretName"]]
+        if proj := vol.get("projected"):
+            proj["sources"] = [s for src in proj.get("sources") or []
+                               for s in _projected(src, rename_cm, rename_sec, token)]
+    for c in _containers(spec):
+        _rewrite_env(c, ns, name, rename_cm, rename_sec)
+    if spec.get("imagePullSecrets"):
+        spec["imagePullSecrets"] = [{"name": rename_sec[r["name"]]} for r in spec["imagePullSecrets"]]
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": cname, "namespace": b.namespace, "labels": labels, "annotations": annotations},
+        "spec": spec,
+    }
+
+
+def _projected(src: Obj, cms: dict[str, str], secs: dict[str, str], token: str) -> list[Obj]:
+    """Rewrite one projected source; the token and the pod's namespace come from the token Secret."""
+    if cm := src.get("configMap"):
+        return [{"configMap": {**cm, "name": cms[cm["name"]]}}]
+    if sec := src.get("secret"):
+        return [{"secret": {**sec, "name": secs[sec["name"]]}}]
+    if tok := src.get("serviceAccountToken"):
+        return [{"secret": {"name": token, "items": [{"key": "token", "path": tok.get("path", "token")}]}}]
+    if dapi := src.get("downwardAPI"):
+        items = dapi.get("items") or []
+        ns_items = [i for i in items if (i.get("fieldRef") or {}).get("fieldPath") == "metadata.namespace"]
+        rest = [i for i in items if i not in ns_items]
+        out: list[Obj] = []
+        if rest:
+            out.append({"downwardAPI": {**dapi, "items": rest}})
+        if ns_items:
+            out.append({"secret": {"name": token, "items": [{"key": "namespace", "path": i["path"]}
+                                                            for i in ns_items]}})
+        return out
+    return [src]
+
+
+def _rewrite_env(c: Obj, ns: str, name: str, cms: dict[str, str], secs: dict[str, str]) -> None:
+    upstream = {"metadata.namespace": ns, "metadata.name": name}
+    for env in c.get("env") or []:
+        ref = env.get("valueFrom") or {}
+        if (fr := ref.get("fieldRef")) and fr.get("fieldPath") in upstream:
+            env.pop("valueFrom")
+            env["value"] = upstream[fr["fieldPath"]]
+        elif cm := ref.get("configMapKeyRef"):
+            cm["name"] = cms[cm["name"]]
+        elif sec := ref.get("secretKeyRef"):
+            sec["name"] = secs[sec["name"]]
+    for src in c.get("envFrom") or []:
+        if cm := src.get("configMapRef"):
+            cm["name"] = cms[cm["name"]]
+        if sec := src.get("secretRef"):
+            sec["name"] = secs[sec["name"]]
+
+
+def copy_of(obj: Obj, b: Bridge, kind: str) -> Obj:
+    """A compute-side copy of a tenant ConfigMap or Secret, owned by labels."""
+    meta = obj["metadata"]
+    out: Obj = {
+        "apiVersion": "v1", "kind": kind,
+        "metadata": {
+            "name": naming.compute_name(b.tenant, meta["namespace"], meta["name"]),
+            "namespace": b.namespace,
+            "labels": {**naming.owner_labels(b.tenant, b.node, meta["namespace"]), naming.KIND_LABEL: kind},
+            "annotations": {naming.UPSTREAM_NAME_ANNOTATION: meta["name"]},
+        },
+    }
+    for key in ("data", "binaryData", "stringData", "type", "immutable"):
+        if key in obj:
+            out[key] = obj[key]
+    return out
+
+
+def content_digest(obj: Obj) -> str:
+    """Changes when a copy's payload changes (so updates propagate and no-ops are skipped)."""
+    payload = {k: obj.get(k) for k in ("data", "binaryData", "type")}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
