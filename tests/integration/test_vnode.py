@@ -268,3 +268,86 @@ async def test_virtual_node_registers_with_capacity_and_heartbeat(tenant_api: cl
 async def _renewed(api: client.ApiClient, first: Any) -> bool:
     lease = await client.CoordinationV1Api(api).read_namespaced_lease("ferry-tenant-1", "kube-node-lease")
     return bool(lease.spec.renew_time != first)
+
+
+# ------------------------------------------------------------------------------------------ gangs
+def operator_pod(name: str, *, scheduler: str | None = None, labels: dict[str, str] | None = None,
+                 annotations: dict[str, str] | None = None, gates: list[str] | None = None) -> dict[str, Any]:
+    """A pod as an unmodified operator writes it: no toleration for the virtual node, its own markers."""
+    spec: dict[str, Any] = {"automountServiceAccountToken": False, "containers": [{
+        "name": "worker", "image": "trainer:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    if gates:
+        spec["schedulingGates"] = [{"name": g} for g in gates]
+    return {"metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}}, "spec": spec}
+
+
+async def _group_phase(api: client.ApiClient, group: str, version: str, ns: str, name: str) -> str:
+    obj = await client.CustomObjectsApi(api).get_namespaced_custom_object(group, version, ns, "podgroups", name)
+    return str((obj.get("status") or {}).get("phase", ""))
+
+
+async def _gang_runs(core: client.CoreV1Api, compute: client.ApiClient, ns: str, names: list[str]) -> bool:
+    pods = [await core.read_namespaced_pod(n, ns) for n in names]
+    if not all(p.spec.node_name == "ferry-tenant-1" and p.status.phase == "Running" for p in pods):
+        return False
+    cpods = [await compute_pod_of(compute, "tenant-1", p.metadata.uid) for p in pods]
+    return all(c is not None and c.spec.node_name for c in cpods)
+
+
+async def _gang_held_back(core: client.CoreV1Api, compute: client.ApiClient, ns: str, names: list[str]) -> bool:
+    """Members exist and are bound upstream, but the compute scheduler waits for the whole gang (and says so)."""
+    for n in names:
+        pod = await core.read_namespaced_pod(n, ns)
+        cpod = await compute_pod_of(compute, "tenant-1", pod.metadata.uid)
+        if pod.spec.node_name != "ferry-tenant-1" or cpod is None or cpod.spec.node_name:
+            return False
+    return bool(await _events(core, ns, names[0], "Waiting"))
+
+
+@pytest.mark.parametrize("convention", ["volcano", "scheduler-plugins", "kueue"])
+async def test_operator_gangs_bind_to_the_virtual_node_and_run_as_one(
+        convention: str, tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    core = client.CoreV1Api(tenant_api)
+    crd = {"volcano": ("scheduling.volcano.sh", "v1beta1"),
+           "scheduler-plugins": ("scheduling.x-k8s.io", "v1alpha1")}.get(convention)
+    if crd is not None:
+        await client.CustomObjectsApi(tenant_api).create_namespaced_custom_object(
+            *crd, tenant_ns, "podgroups",
+            {"apiVersion": "/".join(crd), "kind": "PodGroup", "metadata": {"name": "job"},
+             "spec": {"minMember": 4}})
+    if convention == "volcano":  # Training-Operator waits for this before it creates pods
+        assert crd is not None
+        await eventually(lambda: _phase_is(tenant_api, crd, tenant_ns, "Inqueue"),
+                         what="Volcano PodGroup admitted (Inqueue)")
+
+    def member(i: int) -> dict[str, Any]:
+        if convention == "volcano":
+            return operator_pod(f"job-worker-{i}", scheduler="volcano",
+                                annotations={"scheduling.k8s.io/group-name": "job", "volcano.sh/task-spec": "worker"})
+        if convention == "scheduler-plugins":
+            return operator_pod(f"job-worker-{i}", scheduler="scheduler-plugins",
+                                labels={"scheduling.x-k8s.io/pod-group": "job"})
+        return operator_pod(f"job-worker-{i}", labels={"kueue.x-k8s.io/queue-name": "team"},
+                            annotations={"kueue.x-k8s.io/pod-group-name": "job",
+                                         "kueue.x-k8s.io/pod-group-total-count": "4"},
+                            gates=["kueue.x-k8s.io/admission"])
+
+    names = [f"job-worker-{i}" for i in range(4)]
+    for i in range(3):
+        await core.create_namespaced_pod(tenant_ns, member(i))
+    await eventually(lambda: _gang_held_back(core, compute_api, tenant_ns, names[:3]), timeout=30,
+                     what="3 of 4 members held back with a Waiting event mirrored up")
+    await core.create_namespaced_pod(tenant_ns, member(3))
+    await eventually(lambda: _gang_runs(core, compute_api, tenant_ns, names), timeout=30, what="gang Running")
+    groups = await client.CustomObjectsApi(compute_api).list_namespaced_custom_object(
+        "scheduling.kubeferry.io", "v1alpha1", "tenant-1", "podgroups")
+    mine = [g for g in groups["items"] if g["metadata"]["labels"].get(naming.UPSTREAM_NS_LABEL) == tenant_ns]
+    assert len(mine) == 1 and mine[0]["spec"]["minMember"] == 4 and mine[0]["spec"]["queue"] == "tenant-1"
+    if crd is not None:
+        await eventually(lambda: _phase_is(tenant_api, crd, tenant_ns, "Running"), what="tenant PodGroup Running")
+
+
+async def _phase_is(api: client.ApiClient, crd: tuple[str, str], ns: str, want: str) -> bool:
+    return await _group_phase(api, *crd, ns, "job") == want
