@@ -1,0 +1,136 @@
+"""Faults across the bridge: a vnode killed mid-burst, the compute cluster gone for a minute."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from ferry.cluster.planes import ControlPlanes
+from ferry.cluster.process import Component
+from tests.helpers import eventually
+from vnode import naming
+
+BURST = 500
+
+
+def served_pod(name: str) -> dict[str, Any]:
+    """A pod addressed to a scheduler name the vnode serves (the vnode binds it), no GPU."""
+    return {"metadata": {"name": name}, "spec": {
+        "schedulerName": "kube-ferry", "automountServiceAccountToken": False,
+        "containers": [{"name": "c", "image": "app:1", "resources": {"requests": {"cpu": "10m"}}}]}}
+
+
+async def create_many(core: client.CoreV1Api, ns: str, names: list[str], parallel: int = 32) -> None:
+    sem = asyncio.Semaphore(parallel)
+
+    async def one(n: str) -> None:
+        async with sem:
+            await core.create_namespaced_pod(ns, served_pod(n))
+
+    await asyncio.gather(*(one(n) for n in names))
+
+
+async def bridge_state(tenant: client.ApiClient, compute: client.ApiClient, ns: str) -> dict[str, Any]:
+    tpods = (await client.CoreV1Api(tenant).list_namespaced_pod(ns)).items
+    cpods = (await client.CoreV1Api(compute).list_namespaced_pod(
+        "tenant-1", label_selector=f"{naming.UPSTREAM_NS_LABEL}={ns}")).items
+    per_uid = Counter(p.metadata.labels[naming.UPSTREAM_UID_LABEL] for p in cpods)
+    tuids = {p.metadata.uid for p in tpods}
+    return {
+        "tenant": len(tpods),
+        "running": sum(p.status.phase == "Running" for p in tpods),
+        "failed": sum(p.status.phase == "Failed" for p in tpods),
+        "duplicates": sum(c - 1 for c in per_uid.values() if c > 1),
+        "orphans": sum(1 for u in per_uid if u not in tuids),
+        "missing": sum(1 for u in tuids if u not in per_uid),
+    }
+
+
+async def test_kill_9_during_a_burst_then_restart_converges_without_duplicates_orphans_or_losses(
+        planes: ControlPlanes, vnodes: dict[str, Component], tenant_api: client.ApiClient,
+        compute_api: client.ApiClient, tenant_ns: str) -> None:
+    core = client.CoreV1Api(tenant_api)
+    vnode = vnodes["tenant-1"]
+    names = [f"burst-{i:03d}" for i in range(BURST)]
+    burst = asyncio.create_task(create_many(core, tenant_ns, names))
+
+    async def forwarded_some() -> bool:
+        return (await bridge_state(tenant_api, compute_api, tenant_ns))["tenant"] - \
+            (await bridge_state(tenant_api, compute_api, tenant_ns))["missing"] >= 100
+
+    await eventually(forwarded_some, timeout=60, what="100 pods forwarded")
+    vnode.kill()
+    await burst  # the tenant cluster keeps accepting pods while its vnode is down
+    mid = await bridge_state(tenant_api, compute_api, tenant_ns)
+    assert mid["tenant"] == BURST and mid["missing"] > 0, mid
+
+    t0 = time.monotonic()
+    vnode.start()
+
+    async def converged() -> dict[str, Any] | None:
+        s = await bridge_state(tenant_api, compute_api, tenant_ns)
+        return s if s["running"] == BURST else None
+
+    final = await eventually(converged, timeout=60, interval=0.25, what="all pods Running after restart")
+    elapsed = time.monotonic() - t0
+    print(f"\nvnode restart → {BURST} pods converged in {elapsed:.1f} s (killed with {mid['missing']} unforwarded)")
+    assert final == {"tenant": BURST, "running": BURST, "failed": 0, "duplicates": 0, "orphans": 0, "missing": 0}
+    assert elapsed <= 10.0, f"statuses converged {elapsed:.1f} s after the restart"
+    await core.delete_collection_namespaced_pod(tenant_ns, grace_period_seconds=0)
+
+
+async def test_compute_outage_of_60_s_evicts_nothing_and_converges_on_return(
+        planes: ControlPlanes, vnodes: dict[str, Component], tenant_api: client.ApiClient,
+        compute_api: client.ApiClient, tenant_ns: str) -> None:
+    core = client.CoreV1Api(tenant_api)
+    await create_many(core, tenant_ns, [f"steady-{i}" for i in range(20)])
+
+    async def all_running() -> bool:
+        s = await bridge_state(tenant_api, compute_api, tenant_ns)
+        return s["running"] == s["tenant"] and s["orphans"] == 0 and s["missing"] == 0
+
+    await eventually(all_running, timeout=60, what="20 pods Running")
+    apiserver = planes.components["compute-apiserver"]
+    apiserver.stop()
+    try:
+        await eventually(lambda: _reachable(core, "False"), timeout=30, what="node says compute unreachable")
+        await core.delete_namespaced_pod("steady-0", tenant_ns, grace_period_seconds=0)
+        end = time.monotonic() + 60
+        while time.monotonic() < end:  # hold the outage; nothing may be evicted meanwhile
+            pods = (await core.list_namespaced_pod(tenant_ns)).items
+            assert len(pods) == 19 and all(p.status.phase == "Running" for p in pods)
+            node = await core.read_node("ferry-tenant-1")
+            assert next(c for c in node.status.conditions if c.type == "Ready").status == "True"
+            await asyncio.sleep(1.0)
+    finally:
+        apiserver.start()
+        apiserver.wait_ready()
+    t0 = time.monotonic()
+
+    async def converged() -> bool:
+        if not await _reachable(core, "True"):
+            return False
+        s = await bridge_state(tenant_api, compute_api, tenant_ns)
+        return s == {"tenant": 19, "running": 19, "failed": 0, "duplicates": 0, "orphans": 0, "missing": 0}
+
+    await eventually(converged, timeout=10, interval=0.25, what="converged within 10 s of the compute API's return")
+    print(f"\ncompute outage of 60 s: converged {time.monotonic() - t0:.1f} s after the apiserver was ready")
+    evs = await core.list_namespaced_event("default", field_selector="involvedObject.name=ferry-tenant-1")
+    assert {"ComputeClusterUnreachable", "ComputeClusterReachable"} <= {e.reason for e in evs.items}
+
+
+async def _reachable(core: client.CoreV1Api, want: str) -> bool:
+    try:
+        node = await core.read_node("ferry-tenant-1")
+    except ApiException:
+        return False
+    return any(c.type == "ComputeClusterReachable" and c.status == want for c in node.status.conditions)
+
+
+pytestmark = pytest.mark.usefixtures("vnodes")
