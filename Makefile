@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 DEMO_DIR ?= .demo
 
 .PHONY: all venv binaries test test-unit test-integration lint typecheck demo demo-down \
-        bench-core bench-openb bench-philly bench-scheduler clean
+        bench-core bench-openb bench-philly bench-scheduler bench-bridge clean
 
 all: test
 
@@ -58,6 +58,9 @@ bench-philly: $(STAMP)
 
 bench-scheduler: binaries
 	$(BIN)/python -m scheduler.bench.service
+
+bench-bridge: binaries
+	$(BIN)/python -m vnode.bench
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache .mypy_cache .ruff_cache

@@ -20,14 +20,21 @@ QUEUES = ("scheduling.kubeferry.io", "v1alpha1", "queues")
 KUEUE_WORKLOADS = "workloads.kueue.x-k8s.io"
 
 
+def slim_event(ev: Obj) -> Obj:
+    """Only what mirroring an Event upstream reads (compute namespaces can hold many Events)."""
+    meta = ev.get("metadata", {})
+    return {"metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta},
+            **{k: ev[k] for k in ("involvedObject", "reason", "message", "type", "count") if k in ev}}
+
+
 class Caches:
     def __init__(self, b: Bridge, tenant: Rest, compute: Rest, tenant_crds: set[str]) -> None:
         owned = naming.owned_selector(b.tenant, b.node)
         ns = b.namespace
         backoff = 1.0  # reconnect fast: convergence after an outage is bounded by this
 
-        def inf(name: str, rest: Rest, url: str, **q: Any) -> Informer:
-            return Informer(name, rest.lister(url, **q), max_backoff_s=backoff)
+        def inf(name: str, rest: Rest, url: str, transform: Any = None, **q: Any) -> Informer:
+            return Informer(name, rest.lister(url, **q), max_backoff_s=backoff, transform=transform)
 
         self.tenant_pods = inf("tenant-pods", tenant, path("", "v1", "pods"))
         self.tenant_configmaps = inf("tenant-configmaps", tenant, path("", "v1", "configmaps"))
@@ -45,7 +52,7 @@ class Caches:
                                     labelSelector=owned)
         self.compute_groups = inf("compute-podgroups", compute, path(*FERRY_PG[:2], "podgroups", ns),
                                   labelSelector=owned)
-        self.compute_events = inf("compute-events", compute, path("", "v1", "events", ns))
+        self.compute_events = inf("compute-events", compute, path("", "v1", "events", ns), transform=slim_event)
         self.compute_nodes = inf("compute-nodes", compute, path("", "v1", "nodes"))
         self.compute_queues = inf("compute-queues", compute, path(*QUEUES), fieldSelector=f"metadata.name={b.queue}")
 

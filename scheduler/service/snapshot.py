@@ -65,7 +65,26 @@ def _terminal(pod: Obj) -> bool:
     return pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
 
 
+_REQUESTS: dict[tuple[str, int, str | None], Request] = {}
+_REQUESTS_MAX = 200_000
+
+
 def pod_request(pod: Obj) -> Request:
+    """What a pod asks for; memoised per pod spec generation (parsing quantities dominated cycles)."""
+    meta = pod.get("metadata", {})
+    uid = meta.get("uid")
+    if not uid:
+        return _pod_request(pod)
+    key = (uid, int(meta.get("generation") or 0), (meta.get("annotations") or {}).get(GPU_MILLI_ANNOTATION))
+    hit = _REQUESTS.get(key)
+    if hit is None:
+        if len(_REQUESTS) >= _REQUESTS_MAX:
+            _REQUESTS.clear()
+        hit = _REQUESTS[key] = _pod_request(pod)
+    return hit
+
+
+def _pod_request(pod: Obj) -> Request:
     cpu = mem = gpus = 0
     for c in pod.get("spec", {}).get("containers", []):
         res = c.get("resources", {}) or {}

@@ -19,6 +19,7 @@ from tests.helpers import api_client, eventually, kubectl
 from vnode import naming
 
 pytestmark = pytest.mark.usefixtures("vnodes")
+MERGE = "application/merge-patch+json"
 TOLERATION = {"key": "virtual-kubelet.io/provider", "operator": "Exists", "effect": "NoSchedule"}
 
 
@@ -274,7 +275,7 @@ async def _renewed(api: client.ApiClient, first: Any) -> bool:
 def operator_pod(name: str, *, scheduler: str | None = None, labels: dict[str, str] | None = None,
                  annotations: dict[str, str] | None = None, gates: list[str] | None = None) -> dict[str, Any]:
     """A pod as an unmodified operator writes it: no toleration for the virtual node, its own markers."""
-    spec: dict[str, Any] = {"automountServiceAccountToken": False, "containers": [{
+    spec: dict[str, Any] = {"automountServiceAccountToken": False, "priorityClassName": "tenant-top", "containers": [{
         "name": "worker", "image": "trainer:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
     if scheduler:
         spec["schedulerName"] = scheduler
@@ -310,6 +311,7 @@ async def _gang_held_back(core: client.CoreV1Api, compute: client.ApiClient, ns:
 async def test_operator_gangs_bind_to_the_virtual_node_and_run_as_one(
         convention: str, tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
     core = client.CoreV1Api(tenant_api)
+    await _top_priority_class(tenant_api)
     crd = {"volcano": ("scheduling.volcano.sh", "v1beta1"),
            "scheduler-plugins": ("scheduling.x-k8s.io", "v1alpha1")}.get(convention)
     if crd is not None:
@@ -345,9 +347,148 @@ async def test_operator_gangs_bind_to_the_virtual_node_and_run_as_one(
         "scheduling.kubeferry.io", "v1alpha1", "tenant-1", "podgroups")
     mine = [g for g in groups["items"] if g["metadata"]["labels"].get(naming.UPSTREAM_NS_LABEL) == tenant_ns]
     assert len(mine) == 1 and mine[0]["spec"]["minMember"] == 4 and mine[0]["spec"]["queue"] == "tenant-1"
+    assert (await core.read_namespaced_pod(names[0], tenant_ns)).spec.priority == 1000000
+    assert mine[0]["spec"]["priority"] == 0, "the tenant's own priority is capped by the bridge, not trusted"
     if crd is not None:
         await eventually(lambda: _phase_is(tenant_api, crd, tenant_ns, "Running"), what="tenant PodGroup Running")
 
 
+async def _top_priority_class(api: client.ApiClient) -> None:
+    try:
+        await client.SchedulingV1Api(api).create_priority_class(
+            {"metadata": {"name": "tenant-top"}, "value": 1000000})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+
+
 async def _phase_is(api: client.ApiClient, crd: tuple[str, str], ns: str, want: str) -> bool:
     return await _group_phase(api, *crd, ns, "job") == want
+
+
+async def test_scheduler_preemption_shows_upstream_as_notice_then_failed_preempted(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str, compute_ns: str) -> None:
+    """An elastic tenant job on a full node is noticed, then evicted for a guaranteed job of another queue:
+    the tenant pod shows the notice (condition + Event), then Failed/Preempted, and is not re-created."""
+    ccore, custom = client.CoreV1Api(compute_api), client.CustomObjectsApi(compute_api)
+    nodes = (await ccore.list_node(label_selector="type=kwok,!ferry-test")).items
+    node = sorted(n.metadata.name for n in nodes)[0]
+    await ccore.patch_node(node, {"metadata": {"labels": {"ferry-test": tenant_ns}}})
+    core = client.CoreV1Api(tenant_api)
+    await client.CustomObjectsApi(tenant_api).create_namespaced_custom_object(
+        "scheduling.volcano.sh", "v1beta1", tenant_ns, "podgroups",
+        {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+         "metadata": {"name": "soak", "annotations": {"kubeferry.io/tier": "Elastic"}}, "spec": {"minMember": 1}})
+    await _top_priority_class(tenant_api)
+    victim = operator_pod("soak-0", scheduler="volcano", annotations={"scheduling.k8s.io/group-name": "soak"})
+    victim["spec"]["nodeSelector"] = {"ferry-test": tenant_ns}
+    victim["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "8"
+    uid = (await core.create_namespaced_pod(tenant_ns, victim)).metadata.uid
+    await eventually(lambda: _with_phase(core, tenant_ns, "soak-0", "Running"), what="elastic job Running")
+
+    queue = f"q-{compute_ns}"
+    await custom.create_cluster_custom_object("scheduling.kubeferry.io", "v1alpha1", "queues", {
+        "apiVersion": "scheduling.kubeferry.io/v1alpha1", "kind": "Queue", "metadata": {"name": queue},
+        "spec": {"namespaces": [compute_ns], "guaranteed": {"gpu": "8"}, "preemption": {"victimGraceSeconds": 4}}})
+    try:
+        await eventually(lambda: _sa_exists(ccore, compute_ns), what="ServiceAccount")
+        await ccore.create_namespaced_pod(compute_ns, {
+            "metadata": {"name": "urgent"},
+            "spec": {"schedulerName": "kube-ferry", "nodeSelector": {"ferry-test": tenant_ns},
+                     "containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}})
+
+        async def noticed() -> Any:
+            pod = await core.read_namespaced_pod("soak-0", tenant_ns)
+            conds = {c.type: c for c in pod.status.conditions or []}
+            return pod if conds.get("kubeferry.io/WillEvict") and conds["kubeferry.io/WillEvict"].status == "True" \
+                else None
+
+        await eventually(noticed, timeout=30, what="eviction notice on the tenant pod")
+        await eventually(lambda: _events(core, tenant_ns, "soak-0", "WillEvict"), what="WillEvict event upstream")
+        failed = await eventually(lambda: _with_phase(core, tenant_ns, "soak-0", "Failed"), timeout=30,
+                                  what="tenant pod Failed after the grace")
+        assert failed.status.reason == "Preempted"
+        assert any(c.type == "DisruptionTarget" and c.status == "True" for c in failed.status.conditions)
+        await eventually(lambda: _running_on(ccore, compute_ns, "urgent", node), what="preemptor runs")
+        assert await compute_pod_of(compute_api, "tenant-1", uid) is None
+    finally:
+        await custom.delete_cluster_custom_object("scheduling.kubeferry.io", "v1alpha1", "queues", queue)
+        await ccore.patch_node(node, {"metadata": {"labels": {"ferry-test": None}}})
+
+
+async def _running_on(core: client.CoreV1Api, ns: str, name: str, node: str) -> bool:
+    return bool((await core.read_namespaced_pod(name, ns)).spec.node_name == node)
+
+
+async def test_subdomain_gets_a_headless_service_and_hostname_is_kept(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    core = client.CoreV1Api(tenant_api)
+    await core.create_namespaced_service(tenant_ns, {"metadata": {"name": "job"}, "spec": {
+        "clusterIP": "None", "selector": {"job": "x"}, "ports": [{"name": "ssh", "port": 22}]}})
+    body = tenant_pod("job-worker-0", automountServiceAccountToken=False, subdomain="job", hostname="job-worker-0")
+    uid = (await core.create_namespaced_pod(tenant_ns, body)).metadata.uid
+    await eventually(lambda: _with_phase(core, tenant_ns, "job-worker-0", "Running"), what="Running")
+    cpod = await compute_pod_of(compute_api, "tenant-1", uid)
+    svc = await client.CoreV1Api(compute_api).read_namespaced_service(cpod.spec.subdomain, "tenant-1")
+    assert svc.spec.cluster_ip == "None" and svc.spec.ports[0].port == 22
+    assert svc.spec.selector == {naming.SUBDOMAIN_LABEL: cpod.spec.subdomain}
+    assert cpod.metadata.labels[naming.SUBDOMAIN_LABEL] == cpod.spec.subdomain
+    assert cpod.spec.hostname == "job-worker-0"
+
+
+async def test_a_compute_pod_deleted_behind_the_bridge_fails_the_tenant_pod(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    core = client.CoreV1Api(tenant_api)
+    uid = (await core.create_namespaced_pod(tenant_ns, tenant_pod("lost", automountServiceAccountToken=False))
+           ).metadata.uid
+    await eventually(lambda: _with_phase(core, tenant_ns, "lost", "Running"), what="Running")
+    cpod = await compute_pod_of(compute_api, "tenant-1", uid)
+    await client.CoreV1Api(compute_api).delete_namespaced_pod(cpod.metadata.name, "tenant-1", grace_period_seconds=0)
+    failed = await eventually(lambda: _with_phase(core, tenant_ns, "lost", "Failed"), what="tenant pod Failed")
+    assert failed.status.reason == "ComputePodLost"
+    assert await compute_pod_of(compute_api, "tenant-1", uid) is None, "never silently re-created"
+
+
+async def test_kubelet_api_authenticates_and_authorises_callers(planes: ControlPlanes, tenant_api: client.ApiClient,
+                                                                 tenant_ns: str) -> None:
+    import ssl
+
+    import aiohttp
+
+    node = await client.CoreV1Api(tenant_api).read_node("ferry-tenant-1")
+    port = node.status.daemon_endpoints.kubelet_endpoint.port
+    url = f"https://127.0.0.1:{port}/containerLogs/{tenant_ns}/nothing/main"
+    token = (await client.CoreV1Api(tenant_api).create_namespaced_service_account_token(
+        "default", tenant_ns, {"spec": {"expirationSeconds": 600}})).status.token
+    ctx = ssl.create_default_context(cafile=str(planes.clusters["tenant-1"].pki / "ca.crt"))
+    async with aiohttp.ClientSession() as http:
+        async with http.get(url, ssl=ctx) as anonymous:
+            assert anonymous.status == 401
+        async with http.get(url, ssl=ctx, headers={"Authorization": f"Bearer {token}"}) as sa:
+            assert sa.status == 403, "a service account without nodes/proxy may not read logs"
+    ctx = ssl.create_default_context(cafile=str(planes.clusters["tenant-1"].pki / "ca.crt"))
+    ctx.load_cert_chain(str(planes.clusters["tenant-1"].pki / "apiserver-kubelet-client.crt"),
+                        str(planes.clusters["tenant-1"].pki / "apiserver-kubelet-client.key"))
+    async with aiohttp.ClientSession() as http, http.get(url, ssl=ctx) as apiserver:
+        assert apiserver.status == 404, "the apiserver's client certificate is let through"
+
+
+async def test_node_capacity_follows_the_queue_maximum(tenant_api: client.ApiClient,
+                                                       compute_api: client.ApiClient) -> None:
+    custom = client.CustomObjectsApi(compute_api)
+    core = client.CoreV1Api(tenant_api)
+
+    async def gpus(want: str) -> bool:
+        node = await core.read_node("ferry-tenant-1")
+        return bool(node.status.allocatable["nvidia.com/gpu"] == want)
+
+    await custom.patch_cluster_custom_object("scheduling.kubeferry.io", "v1alpha1", "queues", "tenant-1",
+                                             {"spec": {"max": {"gpu": "24"}}}, _content_type=MERGE)
+    try:
+        await eventually(lambda: gpus("24"), timeout=20, what="allocatable capped at the queue maximum")
+    finally:
+        await custom.patch_cluster_custom_object("scheduling.kubeferry.io", "v1alpha1", "queues", "tenant-1",
+                                                 {"spec": {"max": None}}, _content_type=MERGE)
+    nodes = (await client.CoreV1Api(compute_api).list_node()).items
+    total = sum(int(n.status.allocatable.get("nvidia.com/gpu", 0)) for n in nodes)
+    await eventually(lambda: gpus(str(total)), timeout=20, what="allocatable back to the cluster's GPUs")

@@ -1,0 +1,203 @@
+"""Pure vnode rules: names, translation of a tenant pod, refusals, status mirroring, the work queue."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import pytest
+
+from ferry.kube.workqueue import WorkQueue
+from vnode import naming, status
+from vnode.node import capacity
+from vnode.translate import Bridge, compute_pod, gang_of, needs_of, refusal, role_of
+
+B = Bridge(tenant="tenant-1", node="ferry-tenant-1", namespace="tenant-1", queue="tenant-1", max_priority=100)
+
+
+def tenant_pod(**spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "job-worker-0", "namespace": "ml", "uid": "u-1",
+                         "labels": {"app": "x", "kubeferry.io/pod-group": "someone-elses-gang"},
+                         "annotations": {"kubeferry.io/queue": "privileged-queue", "kubeferry.io/gpu-milli": "250"}},
+            "spec": {"nodeName": "ferry-tenant-1", "schedulerName": "volcano", "priority": 1000000,
+                     "priorityClassName": "top", "serviceAccountName": "trainer",
+                     "containers": [{"name": "main", "image": "i"}], **spec}}
+
+
+def test_compute_names_are_deterministic_collision_free_and_short() -> None:
+    a = naming.compute_name("t1", "a-b", "c")
+    assert a == naming.compute_name("t1", "a-b", "c")
+    assert a != naming.compute_name("t1", "a", "b-c")  # same "<ns>-<name>" text, different pods
+    assert a != naming.compute_name("t2", "a-b", "c")  # same pod in another tenant
+    long = naming.compute_name("t1", "n" * 63, "p" * 253)
+    assert len(long) <= 63 and long[0].isalnum() and long[-1].isalnum()
+
+
+def test_translation_owns_the_pod_and_drops_what_a_tenant_must_not_choose() -> None:
+    pod = compute_pod(tenant_pod(nodeSelector={"kubernetes.io/hostname": "ferry-tenant-1",
+                                               "kubeferry.io/gpu-model": "A100"},
+                                 tolerations=[{"key": "virtual-kubelet.io/provider", "operator": "Exists"},
+                                              {"key": "team", "operator": "Exists"}]), B)
+    meta, spec = pod["metadata"], pod["spec"]
+    assert meta["namespace"] == "tenant-1" and meta["labels"][naming.UPSTREAM_UID_LABEL] == "u-1"
+    assert "kubeferry.io/pod-group" not in meta["labels"], "a tenant cannot join a compute gang by label"
+    assert "kubeferry.io/queue" not in meta["annotations"], "a tenant cannot pick its compute queue"
+    assert meta["annotations"]["kubeferry.io/gpu-milli"] == "250"
+    assert spec["schedulerName"] == "kube-ferry" and spec["automountServiceAccountToken"] is False
+    for gone in ("nodeName", "priority", "priorityClassName", "serviceAccountName"):
+        assert gone not in spec
+    assert spec["nodeSelector"] == {"kubeferry.io/gpu-model": "A100"}
+    assert spec["tolerations"] == [{"key": "team", "operator": "Exists"}]
+    assert spec["hostname"] == "job-worker-0"
+
+
+def test_references_are_renamed_to_copies_and_the_token_comes_from_the_tenant() -> None:
+    pod = tenant_pod(
+        subdomain="job",
+        volumes=[{"name": "cfg", "configMap": {"name": "settings"}},
+                 {"name": "kube-api-access", "projected": {"sources": [
+                     {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+                     {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                     {"downwardAPI": {"items": [{"path": "namespace",
+                                                 "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]}}])
+    pod["spec"]["containers"][0]["env"] = [
+        {"name": "PW", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "pw"}}},
+        {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]
+    needs = needs_of(pod)
+    assert needs.configmaps == {"settings", "kube-root-ca.crt"} and needs.secrets == {"creds"}
+    assert needs.token is not None and needs.subdomain == "job"
+    out = compute_pod(pod, B)
+    vols = {v["name"]: v for v in out["spec"]["volumes"]}
+    assert vols["cfg"]["configMap"]["name"] == naming.compute_name("tenant-1", "ml", "settings")
+    sources = vols["kube-api-access"]["projected"]["sources"]
+    token_secret = naming.compute_name("tenant-1", "ml", "job-worker-0") + "-sa-token"
+    assert sources[0] == {"secret": {"name": token_secret, "items": [{"key": "token", "path": "token"}]}}
+    assert sources[2] == {"secret": {"name": token_secret, "items": [{"key": "namespace", "path": "namespace"}]}}
+    env = {e["name"]: e for e in out["spec"]["containers"][0]["env"]}
+    assert env["PW"]["valueFrom"]["secretKeyRef"]["name"] == naming.compute_name("tenant-1", "ml", "creds")
+    assert env["NS"] == {"name": "NS", "value": "ml"}, "the pod sees its tenant namespace, not the compute one"
+    assert out["spec"]["subdomain"] == naming.compute_name("tenant-1", "ml", "job")
+
+
+@pytest.mark.parametrize(("patch", "words"), [
+    ({"volumes": [{"name": "h", "hostPath": {"path": "/"}}]}, "hostPath"),
+    ({"volumes": [{"name": "p", "persistentVolumeClaim": {"claimName": "x"}}]}, "persistentVolumeClaim"),
+    ({"hostNetwork": True}, "hostNetwork"),
+    ({"containers": [{"name": "c", "image": "i", "securityContext": {"privileged": True}}]}, "privileged"),
+    ({"containers": [{"name": "c", "image": "i", "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}]},
+     "SYS_ADMIN"),
+])
+def test_unsafe_pods_are_refused_with_a_reason(patch: dict[str, Any], words: str) -> None:
+    why = refusal(tenant_pod(**patch), "baseline")
+    assert why is not None and words in why
+
+
+def test_baseline_capabilities_pass_but_not_under_restricted() -> None:
+    pod = tenant_pod(containers=[{"name": "c", "image": "i",
+                                  "securityContext": {"capabilities": {"add": ["CHOWN"]}}}])
+    assert refusal(pod, "baseline") is None
+    assert refusal(pod, "restricted") is not None
+
+
+def test_gang_markers_of_each_convention_and_roles() -> None:
+    def pod(labels: dict[str, str], ann: dict[str, str]) -> dict[str, Any]:
+        return {"metadata": {"namespace": "ml", "labels": labels, "annotations": ann}}
+
+    assert gang_of(pod({}, {"scheduling.k8s.io/group-name": "j"})).kind == "volcano"  # type: ignore[union-attr]
+    assert gang_of(pod({"scheduling.x-k8s.io/pod-group": "j"}, {})).kind == "scheduler-plugins"  # type: ignore[union-attr]
+    kueue = gang_of(pod({"kueue.x-k8s.io/pod-group-name": "label"},
+                        {"kueue.x-k8s.io/pod-group-name": "ann", "kueue.x-k8s.io/pod-group-total-count": "4"}))
+    assert kueue is not None and kueue.name == "ann" and kueue.total == 4, "Kueue: the annotation wins"
+    assert gang_of(pod({}, {"scheduling.volcano.sh/group-name": "j"})) is None, "not read by Volcano either"
+    assert role_of(pod({"training.kubeflow.org/replica-type": "Worker"}, {})) == "worker"
+    assert role_of(pod({}, {"volcano.sh/task-spec": "launcher"})) == "launcher"
+
+
+def test_status_is_mirrored_and_a_terminal_phase_never_regresses() -> None:
+    tenant = {"status": {"phase": "Pending"}}
+    compute = {"status": {"phase": "Running", "podIP": "10.0.0.7", "conditions": [
+        {"type": "Ready", "status": "True"}, {"type": "SomethingInternal", "status": "True"}]}}
+    new = status.mirrored(compute, tenant, "127.0.0.1")
+    assert new is not None and new["phase"] == "Running" and new["podIP"] == "10.0.0.7"
+    types = {c["type"] for c in new["conditions"]}
+    assert types == {"Ready", status.FORWARDED}
+    settled = {"status": copy.deepcopy(new)}
+    assert status.mirrored(compute, settled, "127.0.0.1") is None, "no write when nothing changed"
+    done = {"status": {"phase": "Succeeded"}}
+    assert status.mirrored({"status": {"phase": "Running"}}, done, "127.0.0.1") is None
+
+
+def test_a_failed_status_names_the_reason_and_marks_preemption() -> None:
+    tenant = {"status": {"phase": "Running", "containerStatuses": [
+        {"name": "main", "ready": True, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]}}
+    out = status.failed(tenant, "Preempted", "evicted by the scheduler", disruption=True)
+    assert out["phase"] == "Failed" and out["reason"] == "Preempted"
+    assert status.is_true(out, status.DISRUPTION)
+    assert out["containerStatuses"][0]["state"]["terminated"]["reason"] == "Preempted"
+    assert status.was_preempted({"status": {"conditions": [{"type": status.WILL_EVICT, "status": "True"}]}}, None)
+    assert not status.was_preempted({"status": {}}, {"status": {}})
+
+
+def test_capacity_is_capped_by_the_queue_and_never_negative() -> None:
+    ready = [{"type": "Ready", "status": "True"}]
+    nodes = [{"status": {"conditions": ready, "allocatable": {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8"}}}
+             for _ in range(3)]
+    nodes.append({"status": {"conditions": [{"type": "Ready", "status": "False"}],
+                             "allocatable": {"nvidia.com/gpu": "8"}}})
+    assert capacity(nodes, None, 100)["nvidia.com/gpu"] == "24"
+    assert capacity(nodes, {"spec": {"max": {"gpu": "10"}}}, 100)["nvidia.com/gpu"] == "10"
+    assert capacity([], {"spec": {"max": {"gpu": "10"}}}, 100) == {"cpu": "0m", "memory": "0Mi",
+                                                                   "nvidia.com/gpu": "0", "pods": "100"}
+
+
+async def test_work_queue_deduplicates_and_never_runs_a_key_twice_at_once() -> None:
+    q = WorkQueue("t", base_delay=0.01)
+    running: set[str] = set()
+    seen: list[str] = []
+    overlap = False
+    release, started, twice = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def handler(key: str) -> None:
+        nonlocal overlap
+        overlap = overlap or key in running
+        running.add(key)
+        seen.append(key)
+        started.set()
+        if len(seen) == 1:
+            await release.wait()
+        running.discard(key)
+        if len(seen) == 2:
+            twice.set()
+
+    for _ in range(5):
+        q.add("a")
+    worker = asyncio.create_task(q.run(handler, workers=4))
+    async with asyncio.timeout(5):
+        await started.wait()
+        q.add("a")  # while "a" is held: processed once more afterwards, not concurrently
+        q.add("a")
+        release.set()
+        await twice.wait()
+    worker.cancel()
+    assert seen == ["a", "a"] and not overlap and len(q) == 0
+
+
+async def test_work_queue_retries_failures_with_backoff() -> None:
+    q = WorkQueue("t", base_delay=0.01)
+    calls = 0
+    succeeded = asyncio.Event()
+
+    async def flaky(_: str) -> None:
+        nonlocal calls
+        calls += 1
+        if calls < 3:
+            raise RuntimeError("transient")
+        succeeded.set()
+
+    q.add("k")
+    worker = asyncio.create_task(q.run(flaky, workers=1))
+    async with asyncio.timeout(5):
+        await succeeded.wait()
+    worker.cancel()
+    assert calls == 3
