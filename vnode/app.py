@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from pathlib import Path
 from typing import Any
 
 import structlog
 from aiohttp import web
-from kubernetes_asyncio import config as kconfig
-from kubernetes_asyncio.client import ApiClient, Configuration
 
 from ferry.health import make_app, serve
-from ferry.kube.rest import Rest
+from ferry.kube.rest import Rest, api_client
 from ferry.kube.workqueue import WorkQueue
 from vnode import metrics, naming
 from vnode.binder import Binder
@@ -165,15 +162,8 @@ class Vnode:
             tg.create_task(self.maintain())
 
 
-async def _client(kubeconfig: Path) -> ApiClient:
-    conf = Configuration()
-    await kconfig.load_kube_config(config_file=str(kubeconfig), client_configuration=conf)
-    conf.connection_pool_maxsize = 100  # concurrent requests per cluster
-    return ApiClient(conf)
-
-
 async def main(cfg: VnodeConfig, stop: asyncio.Event) -> None:
-    tenant_api, compute_api = await _client(cfg.tenant_kubeconfig), await _client(cfg.compute_kubeconfig)
+    tenant_api, compute_api = await api_client(cfg.tenant_kubeconfig), await api_client(cfg.compute_kubeconfig)
     tenant, compute = Rest(tenant_api), Rest(compute_api)
     crds = set()
     for gv, name in (("scheduling.volcano.sh/v1beta1", "podgroups.scheduling.volcano.sh"),

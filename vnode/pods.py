@@ -25,6 +25,7 @@ from vnode.translate import Bridge, PodSecurity, compute_pod, refusal
 
 Obj = dict[str, Any]
 log = structlog.get_logger("ferry.vnode.pods")
+SETTLE_S = 1.0  # how long a fresh compute pod may stay Pending before that is written upstream
 
 
 class PodReconciler:
@@ -41,7 +42,7 @@ class PodReconciler:
         self.gangs = Gangs(b, tenant, compute, caches)
         self.queue = WorkQueue("pods")
         self.last_compute: dict[str, Obj] = {}  # tenant key -> last compute pod seen (for preemption)
-        self.first_seen: dict[str, float] = {}  # tenant key -> when it was first seen bound (latency)
+        self.created_at: dict[str, float] = {}  # tenant key -> when this process created its compute pod
 
     # ------------------------------------------------------------------ keys
     def compute_key(self, ns: str, name: str) -> str:
@@ -95,6 +96,7 @@ class PodReconciler:
             if cp is not None:
                 await self._delete_compute(cp, "orphan")
             self.last_compute.pop(key, None)
+            self.created_at.pop(key, None)
             return
         assert tp is not None
         uid = tp["metadata"]["uid"]
@@ -121,7 +123,7 @@ class PodReconciler:
         refresh = await self.copies.ensure(tp)
         if refresh is not None:
             self.queue.add_after(key, max(refresh, 1.0))
-        await self._mirror(tp, cp)
+        await self._mirror(key, tp, cp)
 
     async def _create(self, key: str, tp: Obj) -> None:
         why = refusal(tp, self.pod_security)
@@ -152,12 +154,20 @@ class PodReconciler:
         # Remember it now: the watch may deliver it after the next reconcile of this key.
         self.caches.compute_pods.store[f"{self.b.namespace}/{created['metadata']['name']}"] = created
         self.last_compute[key] = _slim(created)
+        self.created_at[key] = time.monotonic()
         if refresh is not None:
             self.queue.add_after(key, max(refresh, 1.0))
         # No status write yet: the compute pod's first change (bound, Running) is mirrored with the
         # Forwarded mark, one write instead of two per pod on the hot path.
 
-    async def _mirror(self, tp: Obj, cp: Obj) -> None:
+    async def _mirror(self, key: str, tp: Obj, cp: Obj) -> None:
+        created = self.created_at.get(key)
+        if created is not None and cp.get("status", {}).get("phase", "Pending") == "Pending":
+            wait = created + SETTLE_S - time.monotonic()
+            if wait > 0:  # usually Running within a moment: write once, not Pending then Running
+                self.queue.add_after(key, wait)
+                return
+        self.created_at.pop(key, None)
         new = status.mirrored(cp, tp, self.host_ip)
         if new is None:
             return

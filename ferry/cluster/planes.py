@@ -243,6 +243,8 @@ class ControlPlanes:
                 "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={port}",
                 f"--authorization-always-allow-paths={ALWAYS_ALLOW}",
                 f"--cert-dir={self.dir / info.name / 'certs'}",
+                # Two writes per pod (binding + event): the default 50 QPS would cap tenants at 25 pods/s.
+                "--kube-api-qps=500", "--kube-api-burst=1000",
             ],
             log=self._log(f"{info.name}-kube-scheduler"),
             probe=insecure_https_probe("127.0.0.1", port, "/healthz"),

@@ -8,15 +8,25 @@ the client's auth, TLS and connection pool.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio import config as kconfig
+from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.client.exceptions import ApiException
 
 Obj = dict[str, Any]
 MERGE = "application/merge-patch+json"
 JSON = "application/json"
+
+
+async def api_client(kubeconfig: Path, pool: int = 100) -> ApiClient:
+    """A client with room for ``pool`` concurrent requests (the library default is a handful)."""
+    conf = Configuration()
+    await kconfig.load_kube_config(config_file=str(kubeconfig), client_configuration=conf)
+    conf.connection_pool_maxsize = pool
+    return ApiClient(conf)
 
 
 def status_of(exc: BaseException) -> int:
