@@ -51,8 +51,8 @@ class Vnode:
                              kueue_present=KUEUE_WORKLOADS in tenant_crds)
         self.node = VirtualNode(cfg.node, cfg.tenant, cfg.node_ip, cfg.kubelet_port, tenant, self.caches,
                                 self.recorder, cfg.max_pods, cfg.heartbeat_s)
-        self.events = WorkQueue("events")
-        self.groups = WorkQueue("groups")
+        self.events = WorkQueue("events", max_delay=5.0)
+        self.groups = WorkQueue("groups", max_delay=5.0)
         self._wire()
 
     def _wire(self) -> None:
@@ -122,12 +122,17 @@ class Vnode:
         loop = asyncio.get_running_loop()
         last_resync = loop.time()
         was_reachable = True
+        last_sweep = loop.time()
         while True:
-            await asyncio.sleep(min(SWEEP_S, 5.0))
+            await asyncio.sleep(1.0)
             reachable = self.caches.compute_error() is None
             metrics.COMPUTE_REACHABLE.set(1 if reachable else 0)
             for q in (self.pods.queue, self.binder.queue, self.events, self.groups):
                 metrics.QUEUE_DEPTH.labels(q.name).set(len(q))
+            if len(self.pods.queue):  # long work shows progress
+                log.info("reconciling", pods_queued=len(self.pods.queue),
+                         compute_pods_created=int(metrics.PODS_CREATED._value.get()),
+                         status_writes=int(metrics.STATUS_UPDATES._value.get()))
             if reachable != was_reachable:
                 self.node.changed.set()
                 if reachable:
@@ -138,6 +143,9 @@ class Vnode:
             if loop.time() - last_resync > RESYNC_S:
                 self.pods.enqueue_all()
                 last_resync = loop.time()
+            if loop.time() - last_sweep < SWEEP_S:
+                continue
+            last_sweep = loop.time()
             try:
                 await self.pods.copies.sweep()
                 for group in self.pods.gangs.stale_groups():
@@ -156,7 +164,7 @@ class Vnode:
                 tg.create_task(inf.run())
             tg.create_task(self.node.run())
             tg.create_task(self.pods.queue.run(self.pods.reconcile, self.cfg.workers))
-            tg.create_task(self.binder.queue.run(self.binder.reconcile, 4))
+            tg.create_task(self.binder.queue.run(self.binder.reconcile, self.cfg.workers))
             tg.create_task(self.events.run(self.mirror_event, 2))
             tg.create_task(self.groups.run(self.reflect_group, 2))
             tg.create_task(self.maintain())

@@ -31,7 +31,7 @@ class Binder:
         self.caches = caches
         self.gangs = gangs
         self.kueue_present = kueue_present
-        self.queue = WorkQueue("bind")
+        self.queue = WorkQueue("bind", max_delay=5.0)
 
     def wants(self, pod: Obj) -> bool:
         spec, meta = pod.get("spec", {}), pod["metadata"]

@@ -40,7 +40,8 @@ class PodReconciler:
         self.pod_security = pod_security
         self.copies = Copies(b, tenant, compute, caches)
         self.gangs = Gangs(b, tenant, compute, caches)
-        self.queue = WorkQueue("pods")
+        # Retries are capped low: after an outage every failed key must come back within seconds.
+        self.queue = WorkQueue("pods", max_delay=2.0)
         self.last_compute: dict[str, Obj] = {}  # tenant key -> last compute pod seen (for preemption)
         self.created_at: dict[str, float] = {}  # tenant key -> when this process created its compute pod
 
@@ -68,8 +69,13 @@ class PodReconciler:
         self.queue.add(key)
 
     def enqueue_all(self) -> None:
-        """Every pair either side knows about (start-up, after an outage, periodic resync)."""
-        for pod in list(self.caches.tenant_pods.store.values()):
+        """Every pair either side knows about (start-up, after an outage, periodic resync); pods with no
+        compute pod yet go first, so a restart forwards what is missing before refreshing statuses."""
+        mine = [p for p in list(self.caches.tenant_pods.store.values())
+                if p.get("spec", {}).get("nodeName") == self.b.node]
+        mine.sort(key=lambda p: self.compute_key(p["metadata"]["namespace"], p["metadata"]["name"])
+                  in self.caches.compute_pods.store)
+        for pod in mine:
             self.on_tenant_pod("SYNC", pod)
         for pod in list(self.caches.compute_pods.store.values()):
             if (key := self.tenant_key_of(pod)) is not None:

@@ -258,7 +258,11 @@ class ControlPlanes:
         pod_log.write_text("".join(f"2026-01-01T00:00:{i:02d}.000000000Z stdout F kube-ferry simulated workload: "
                                    f"line {i}\n" for i in range(1, 21)))
         logs = (f"---\napiVersion: kwok.x-k8s.io/v1alpha1\nkind: ClusterLogs\nmetadata:\n  name: every-pod\n"
-                f"spec:\n  selector: {{}}\n  logs:\n  - logsFile: {pod_log}\n    follow: true\n")
+                f"spec:\n  selector: {{}}\n  logs:\n  - logsFile: {pod_log}\n    follow: true\n"
+                # kwok plays pod stages 4 at a time by default: a ceiling of some 60 pods/s here.
+                "---\napiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:\n"
+                "  podPlayStageParallelism: 32\n  nodePlayStageParallelism: 4\n  nodeLeaseParallelism: 8\n"
+                "  podsOnNodeSyncParallelism: 2\n")
         stages.write_text(resources.files("ferry.cluster").joinpath("stages/kwok-stages.yaml").read_text() + logs)
         p = info.pki
         return ComponentSpec(

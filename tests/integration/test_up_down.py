@@ -151,3 +151,28 @@ def test_binary_that_fails_to_start_is_named(tmp_path: Path, binaries: Binaries)
     assert len(errors) == 1
     assert "etcd exited at start-up" in errors[0] and "simulated failure" in errors[0]
     assert not (directory / "state.json").exists()
+
+
+def test_full_up_runs_a_tenant_pod_in_the_compute_cluster(tmp_path: Path, binaries: Binaries) -> None:
+    """The product as a user starts it: scheduler + one vnode per tenant; a plain kubectl pod runs."""
+    directory = tmp_path / "full"
+    res = ferry("up", "--dir", str(directory), "--tenants", "1", "--gpu-nodes", "2", "--detach")
+    assert res.returncode == 0, res.stderr
+    try:
+        comps = _state(directory)["components"]
+        assert isinstance(comps, dict) and {"kube-ferry-scheduler", "tenant-1-vnode"} <= set(comps)
+        k, tenant = binaries.path("kubectl"), directory / "tenant-1.kubeconfig"
+        wait_sync(lambda: kubectl(k, tenant, "get", "serviceaccount", "default", check=False).returncode == 0,
+                  timeout=60, what="default ServiceAccount")
+        overrides = json.dumps({"spec": {"tolerations": [{"key": "virtual-kubelet.io/provider",
+                                                          "operator": "Exists"}]}})
+        kubectl(k, tenant, "run", "hello", "--image=x", f"--overrides={overrides}")
+        wait_sync(lambda: kubectl(k, tenant, "get", "pod", "hello", "-o", "jsonpath={.status.phase}").stdout
+                  == "Running", timeout=60, what="tenant pod Running")
+        assert kubectl(k, tenant, "get", "pod", "hello", "-o", "jsonpath={.spec.nodeName}").stdout == "ferry-tenant-1"
+        assert "simulated workload" in kubectl(k, tenant, "logs", "hello").stdout
+        compute = kubectl(k, directory / "compute.kubeconfig", "get", "pods", "-n", "tenant-1", "-o",
+                          "jsonpath={.items[*].spec.nodeName}").stdout
+        assert compute.startswith("gpu-node-")
+    finally:
+        assert ferry("down", "--dir", str(directory)).returncode == 0
