@@ -261,6 +261,7 @@ class ControlPlanes:
                 f"spec:\n  selector: {{}}\n  logs:\n  - logsFile: {pod_log}\n    follow: true\n"
                 # kwok plays pod stages 4 at a time by default: a ceiling of some 60 pods/s here.
                 "---\napiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:\n"
+                "  enableDebuggingHandlers: true\n"
                 "  podPlayStageParallelism: 32\n  nodePlayStageParallelism: 4\n  nodeLeaseParallelism: 8\n"
                 "  podsOnNodeSyncParallelism: 2\n")
         stages.write_text(resources.files("ferry.cluster").joinpath("stages/kwok-stages.yaml").read_text() + logs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -474,3 +475,73 @@ async def test_a_gang_lands_in_one_topology_domain(ferry_scheduler: Component, c
     nodes = [await core.read_node(p.spec.node_name) for p in items]
     assert len({n.metadata.name for n in nodes}) == 3
     assert len({n.metadata.labels["kubeferry.io/topology-domain"] for n in nodes}) == 1
+
+
+async def test_killing_the_only_replica_mid_gang_binding_leaves_no_partial_gang(
+        ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str) -> None:
+    """SIGKILL the scheduler the moment the first member of a 32-pod gang is bound; after the restart the
+    gang is completed in its first cycles (the bound members are adopted, never bound twice)."""
+    core = client.CoreV1Api(compute_api)
+    custom = client.CustomObjectsApi(compute_api)
+    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
+    size = 32
+    nodes = sorted(n.metadata.name for n in (await core.list_node(label_selector="type=kwok,!ferry-test")).items)[:4]
+    for n in nodes:  # the gang's own 4 nodes × 8 GPUs (pods select label ferry-test=<namespace>)
+        await core.patch_node(n, {"metadata": {"labels": {"ferry-test": compute_ns}}})
+    try:
+        await _kill_mid_binding(ferry_scheduler, core, custom, compute_api, compute_ns, size)
+    finally:
+        for n in nodes:
+            await core.patch_node(n, {"metadata": {"labels": {"ferry-test": None}}})
+
+
+async def _kill_mid_binding(ferry_scheduler: Component, core: client.CoreV1Api, custom: client.CustomObjectsApi,
+                            compute_api: client.ApiClient, compute_ns: str, size: int) -> None:
+    import time
+
+    from ferry.kube.informer import Informer
+    from ferry.kube.rest import Rest, path
+
+    partial_seen: list[int] = []
+    for attempt in range(3):
+        group = f"big-{attempt}"
+        await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": group},
+            "spec": {"minMember": size}})
+        killed = asyncio.Event()
+
+        def on_pod(_kind: str, obj: dict[str, Any], group: str = group, killed: asyncio.Event = killed) -> None:
+            if not killed.is_set() and obj["metadata"].get("labels", {}).get("kubeferry.io/pod-group") == group \
+                    and obj.get("spec", {}).get("nodeName"):
+                ferry_scheduler.kill()  # SIGKILL: bindings still in flight are cut off
+                killed.set()
+
+        watcher = Informer("test-pods", Rest(compute_api).lister(path("", "v1", "pods", compute_ns)), on_pod)
+        watch = asyncio.create_task(watcher.run())
+        await watcher.synced.wait()
+        for i in range(size):
+            await core.create_namespaced_pod(compute_ns, pod(f"{group}-{i}", compute_ns, group=group))
+        await asyncio.wait_for(killed.wait(), 60)
+        watch.cancel()
+
+        async def bound(group: str = group) -> int:
+            items = (await core.list_namespaced_pod(compute_ns, label_selector=f"kubeferry.io/pod-group={group}")).items
+            return sum(1 for p in items if p.spec.node_name)
+
+        at_kill = await bound()
+        ferry_scheduler.start()
+        ferry_scheduler.wait_ready()
+        t0 = time.monotonic()
+        await eventually(lambda: _all_bound(bound, size), timeout=10, what="gang completed after the restart")
+        print(f"\nattempt {attempt}: {at_kill}/{size} bound at the kill, all {size} bound "
+              f"{time.monotonic() - t0:.1f} s after the restarted scheduler was ready")
+        await core.delete_collection_namespaced_pod(compute_ns, label_selector=f"kubeferry.io/pod-group={group}",
+                                                    grace_period_seconds=0)
+        if 0 < at_kill < size:
+            partial_seen.append(at_kill)
+            break
+    assert partial_seen, "the kill never landed between the first and the last binding of a gang"
+
+
+async def _all_bound(bound: Any, size: int) -> bool:
+    return bool(await bound() == size)
