@@ -372,7 +372,7 @@ async def test_scheduler_preemption_shows_upstream_as_notice_then_failed_preempt
     the tenant pod shows the notice (condition + Event), then Failed/Preempted, and is not re-created."""
     ccore, custom = client.CoreV1Api(compute_api), client.CustomObjectsApi(compute_api)
     nodes = (await ccore.list_node(label_selector="type=kwok,!ferry-test")).items
-    node = sorted(n.metadata.name for n in nodes)[0]
+    node = sorted(n.metadata.name for n in nodes if not n.spec.unschedulable)[-1]  # binpacking fills low names
     await ccore.patch_node(node, {"metadata": {"labels": {"ferry-test": tenant_ns}}})
     core = client.CoreV1Api(tenant_api)
     await client.CustomObjectsApi(tenant_api).create_namespaced_custom_object(
@@ -405,8 +405,17 @@ async def test_scheduler_preemption_shows_upstream_as_notice_then_failed_preempt
 
         await eventually(noticed, timeout=30, what="eviction notice on the tenant pod")
         await eventually(lambda: _events(core, tenant_ns, "soak-0", "WillEvict"), what="WillEvict event upstream")
-        failed = await eventually(lambda: _with_phase(core, tenant_ns, "soak-0", "Failed"), timeout=30,
-                                  what="tenant pod Failed after the grace")
+        try:
+            failed = await eventually(lambda: _with_phase(core, tenant_ns, "soak-0", "Failed"), timeout=45,
+                                      what="tenant pod Failed after the grace")
+        except AssertionError:
+            cpod = await compute_pod_of(compute_api, "tenant-1", uid)
+            urgent = await ccore.read_namespaced_pod("urgent", compute_ns)
+            on_node = (await ccore.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}")).items
+            victim = cpod and (cpod.metadata.annotations, cpod.status.conditions)
+            there = [(p.metadata.namespace, p.metadata.name) for p in on_node]
+            raise AssertionError(f"not Failed; compute victim: {victim}; urgent on {urgent.spec.node_name}; "
+                                 f"pods on {node}: {there}") from None
         assert failed.status.reason == "Preempted"
         assert any(c.type == "DisruptionTarget" and c.status == "True" for c in failed.status.conditions)
         await eventually(lambda: _running_on(ccore, compute_ns, "urgent", node), what="preemptor runs")
