@@ -26,6 +26,7 @@ from vnode.events import Recorder
 from vnode.kubelet import KubeletAPI, ssl_context
 from vnode.node import VirtualNode
 from vnode.pods import PodReconciler
+from vnode.translate import needs_of
 
 Obj = dict[str, Any]
 log = structlog.get_logger("ferry.vnode")
@@ -78,8 +79,6 @@ class Vnode:
 
     def _dependency_changed(self, kind: str) -> Any:
         """A tenant ConfigMap/Secret changed: re-reconcile the forwarded pods that use it."""
-        from vnode.translate import needs_of
-
         def handler(event: str, obj: Obj) -> None:
             if event == "SYNC" or not self.caches.synced():
                 return
@@ -131,8 +130,7 @@ class Vnode:
                 metrics.QUEUE_DEPTH.labels(q.name).set(len(q))
             if len(self.pods.queue):  # long work shows progress
                 log.info("reconciling", pods_queued=len(self.pods.queue),
-                         compute_pods_created=int(metrics.PODS_CREATED._value.get()),
-                         status_writes=int(metrics.STATUS_UPDATES._value.get()))
+                         compute_pods_created=self.pods.created, status_writes=self.pods.status_writes)
             if reachable != was_reachable:
                 self.node.changed.set()
                 if reachable:

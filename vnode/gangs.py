@@ -12,7 +12,7 @@ from typing import Any
 from ferry.kube.rest import Rest, path, status_of
 from vnode import naming
 from vnode.caches import FERRY_PG, PLUGINS_PG, VOLCANO_PG, Caches
-from vnode.translate import Bridge, GangRef, gang_of
+from vnode.translate import POD_GROUP_LABEL, Bridge, GangRef, gang_of
 
 Obj = dict[str, Any]
 TIER_ANNOTATION = naming.PREFIX + "tier"
@@ -132,7 +132,5 @@ class Gangs:
 
     def stale_groups(self) -> list[Obj]:
         """Compute PodGroups none of whose owned pods remain."""
-        from vnode.translate import POD_GROUP_LABEL
-
         used = {p["metadata"].get("labels", {}).get(POD_GROUP_LABEL) for p in self.caches.compute_pods.store.values()}
         return [g for g in self.caches.compute_groups.store.values() if g["metadata"]["name"] not in used]

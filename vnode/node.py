@@ -133,7 +133,7 @@ class VirtualNode:
                               {"status": self._status(cap, reachable, why)},
                               content_type="application/strategic-merge-patch+json")
         if self._reported is not None and self._reported[1] != reachable:
-            ref = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.name, "uid": self.name}}
+            ref = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.name, "uid": self._uid}}
             if reachable:
                 await self.events.emit(ref, "Normal", "ComputeClusterReachable", "the compute cluster answers again",
                                        key=f"reachable-{now()}")

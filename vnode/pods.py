@@ -43,6 +43,8 @@ class PodReconciler:
         # Retries are capped low: after an outage every failed key must come back within seconds.
         self.queue = WorkQueue("pods", max_delay=2.0)
         self.last_compute: dict[str, Obj] = {}  # tenant key -> last compute pod seen (for preemption)
+        self.created = 0  # compute pods this process created (progress log)
+        self.status_writes = 0
         self.created_at: dict[str, float] = {}  # tenant key -> when this process created its compute pod
 
     # ------------------------------------------------------------------ keys
@@ -150,6 +152,7 @@ class PodReconciler:
         try:
             created = await self.compute.create(url, body)
             metrics.PODS_CREATED.inc()
+            self.created += 1
         except Exception as exc:
             if status_of(exc) != 409:
                 raise
@@ -182,6 +185,7 @@ class PodReconciler:
                                           {"metadata": {"uid": meta["uid"]}, "status": new})
         self.caches.tenant_pods.store[f"{meta['namespace']}/{meta['name']}"] = updated
         metrics.STATUS_UPDATES.inc()
+        self.status_writes += 1
         old_conds = status.conditions(tp.get("status", {}))
         if status.is_true(new, status.WILL_EVICT) and not status.is_true({"conditions": list(old_conds.values())},
                                                                           status.WILL_EVICT):
@@ -210,6 +214,7 @@ class PodReconciler:
         updated = await self.tenant.patch(path("", "v1", "pods", meta["namespace"], meta["name"], "status"), body)
         self.caches.tenant_pods.store[f"{meta['namespace']}/{meta['name']}"] = updated
         metrics.STATUS_UPDATES.inc()
+        self.status_writes += 1
         if reason == "Preempted":
             await self.events.emit(tp, "Warning", "Preempted", message)
 
