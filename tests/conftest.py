@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from ferry import binaries as ferry_binaries
 from ferry.cluster.planes import ControlPlanes, Shape
 from ferry.cluster.process import Component
-from tests.helpers import api_client
+from tests.helpers import api_client, eventually
 
 SESSION_GPU_NODES = int(os.environ.get("FERRY_TEST_GPU_NODES", "100"))
 
@@ -82,6 +83,15 @@ async def _fresh_namespace(api: client.ApiClient) -> AsyncIterator[str]:
     name = f"t-{uuid.uuid4().hex[:8]}"
     core = client.CoreV1Api(api)
     await core.create_namespace({"metadata": {"name": name}})
+
+    async def service_account() -> bool:  # pods are refused until the controller-manager creates it
+        try:
+            await core.read_namespaced_service_account("default", name)
+            return True
+        except ApiException:
+            return False
+
+    await eventually(service_account, timeout=30, what=f"ServiceAccount default in {name}")
     try:
         yield name
     finally:

@@ -467,6 +467,7 @@ async def test_kubelet_api_authenticates_and_authorises_callers(planes: ControlP
     node = await client.CoreV1Api(tenant_api).read_node("ferry-tenant-1")
     port = node.status.daemon_endpoints.kubelet_endpoint.port
     url = f"https://127.0.0.1:{port}/containerLogs/{tenant_ns}/nothing/main"
+    await eventually(lambda: _sa_exists(client.CoreV1Api(tenant_api), tenant_ns), what="default ServiceAccount")
     token = (await client.CoreV1Api(tenant_api).create_namespaced_service_account_token(
         "default", tenant_ns, {"spec": {"expirationSeconds": 600}})).status.token
     ctx = ssl.create_default_context(cafile=str(planes.clusters["tenant-1"].pki / "ca.crt"))
