@@ -113,8 +113,8 @@ def refusal(pod: Obj, level: PodSecurity = "baseline") -> str | None:
                         f"compute cluster (supported: {', '.join(sorted(SUPPORTED_VOLUMES))})")
     if level == "privileged":
         return None
-    for host in ("hostNetwork", "hostPID", "hostIPC", "hostUsers"):
-        if spec.get(host) and host != "hostUsers":
+    for host in ("hostNetwork", "hostPID", "hostIPC"):
+        if spec.get(host):
             return f"spec.{host} is not allowed by the {level} Pod Security level"
     allowed = RESTRICTED_CAPS if level == "restricted" else BASELINE_CAPS
     for c in _containers(spec):
