@@ -13,15 +13,16 @@ from typing import Any
 
 import structlog
 
+from ferry.keys import PREFIX
 from ferry.kube.rest import Rest, path, status_of
 from vnode import metrics, naming
 from vnode.caches import Caches
 from vnode.translate import Bridge, content_digest, copy_of, needs_of, token_secret_name
 
 Obj = dict[str, Any]
-DIGEST_ANNOTATION = naming.PREFIX + "content-digest"
-TOKEN_EXPIRES = naming.PREFIX + "token-expires"
-TOKEN_ISSUED = naming.PREFIX + "token-issued"
+DIGEST_ANNOTATION = PREFIX + "content-digest"
+TOKEN_EXPIRES = PREFIX + "token-expires"
+TOKEN_ISSUED = PREFIX + "token-issued"
 GC_AGE_S = 60.0  # an unreferenced copy younger than this may belong to a pod being created
 log = structlog.get_logger("ferry.vnode.copies")
 

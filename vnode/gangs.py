@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ferry.keys import POD_GROUP_LABEL, TIER_ANNOTATION
 from ferry.kube.rest import Rest, path, status_of
 from vnode import naming
 from vnode.caches import FERRY_PG, PLUGINS_PG, VOLCANO_PG, Caches
-from vnode.translate import POD_GROUP_LABEL, Bridge, GangRef, gang_of
+from vnode.translate import Bridge, GangRef, gang_of
 
 Obj = dict[str, Any]
-TIER_ANNOTATION = naming.PREFIX + "tier"
 # compute phase -> tenant phase, per convention
 VOLCANO_PHASE = {"Pending": "Inqueue", "Privileged": "Inqueue", "Running": "Running", "WillEvict": "Running",
                  "Succeeded": "Completed", "Failed": "Unknown", "Evicted": "Unknown"}

@@ -10,7 +10,8 @@ from __future__ import annotations
 import hashlib
 import re
 
-PREFIX = "kubeferry.io/"
+from ferry.keys import PREFIX
+
 TENANT_LABEL = PREFIX + "tenant"
 VNODE_LABEL = PREFIX + "vnode"
 UPSTREAM_NS_LABEL = PREFIX + "upstream-namespace"

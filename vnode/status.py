@@ -10,9 +10,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from ferry.keys import WILL_EVICT_CONDITION
+
 Obj = dict[str, Any]
 FORWARDED = "kubeferry.io/Forwarded"
-WILL_EVICT = "kubeferry.io/WillEvict"
+WILL_EVICT = WILL_EVICT_CONDITION
 DISRUPTION = "DisruptionTarget"
 TERMINAL = ("Succeeded", "Failed")
 MIRRORED_CONDITIONS = {"PodScheduled", "Initialized", "ContainersReady", "Ready", "PodReadyToStartContainers",

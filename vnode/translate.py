@@ -14,15 +14,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ferry.keys import POD_GROUP_LABEL, PREFIX, SCHEDULER_NAME, TASK_LABEL
 from vnode import naming
 
 Obj = dict[str, Any]
 PodSecurity = Literal["privileged", "baseline", "restricted"]
 
-SCHEDULER_NAME = "kube-ferry"
-POD_GROUP_LABEL = naming.PREFIX + "pod-group"
-TASK_LABEL = naming.PREFIX + "task"
-PASS_THROUGH = {naming.PREFIX + k for k in ("gpu-milli", "sim-duration", "sim-exit-code", "task")}
+
+PASS_THROUGH = {PREFIX + k for k in ("gpu-milli", "sim-duration", "sim-exit-code", "task")}
 DROPPED_ANNOTATIONS = {"kubectl.kubernetes.io/last-applied-configuration"}
 SUPPORTED_VOLUMES = {"configMap", "secret", "emptyDir", "projected", "downwardAPI"}
 # Pod Security Standards, baseline: capabilities a container may add.
@@ -33,7 +32,7 @@ NODE_SELECTOR_DROPPED = re.compile(r"^(kubernetes\.io/(hostname|role|os|arch)|ty
                                    r"|node-role\.kubernetes\.io/.*)$")
 KUEUE_GATES = {"kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology"}
 ROLE_KEYS = ("volcano.sh/task-spec", "training.kubeflow.org/replica-type", "training.kubeflow.org/job-role",
-             "jobset.sigs.k8s.io/replicatedjob-name", naming.PREFIX + "task")
+             "jobset.sigs.k8s.io/replicatedjob-name", PREFIX + "task")
 
 
 @dataclass(frozen=True)
@@ -174,7 +173,7 @@ def token_secret_name(b: Bridge, pod: Obj) -> str:
 # ----------------------------------------------------------------------------------- compute pod
 def _kept(items: dict[str, str] | None) -> dict[str, str]:
     return {k: v for k, v in (items or {}).items()
-            if (not k.startswith(naming.PREFIX) or k in PASS_THROUGH) and k not in DROPPED_ANNOTATIONS}
+            if (not k.startswith(PREFIX) or k in PASS_THROUGH) and k not in DROPPED_ANNOTATIONS}
 
 
 def compute_pod(pod: Obj, b: Bridge) -> Obj:

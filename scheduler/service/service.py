@@ -21,15 +21,12 @@ import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from ferry.keys import DEVICES_ANNOTATION, SCHEDULER_NAME, WILL_EVICT_AT, WILL_EVICT_BY
 from ferry.kube.informer import Informer, Obj, key_of
 from scheduler.core.decisions import Bind, CancelEviction, CycleResult, Evict, JobStatus, NotifyWillEvict, Shrink
 from scheduler.core.scheduler import Scheduler, SchedulerConfig
 from scheduler.service import metrics
 from scheduler.service.snapshot import (
-    DEVICES_ANNOTATION,
-    SCHEDULER_NAME,
-    WILL_EVICT_AT,
-    WILL_EVICT_BY,
     Snapshot,
     build,
 )

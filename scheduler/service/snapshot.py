@@ -13,6 +13,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ferry.keys import (
+    DEVICES_ANNOTATION,
+    DOMAIN_LABEL,
+    GPU,
+    GPU_MILLI_ANNOTATION,
+    MODEL_LABEL,
+    POD_GROUP_LABEL,
+    QUEUE_ANNOTATION,
+    SCHEDULER_NAME,
+    TASK_LABEL,
+    TOPOLOGY_ANNOTATION,
+    WILL_EVICT_AT,
+    WILL_EVICT_BY,
+)
 from ferry.kube import quantity
 from scheduler.core.model import (
     GPU_MILLI,
@@ -30,19 +44,6 @@ from scheduler.core.model import (
     Tier,
 )
 
-SCHEDULER_NAME = "kube-ferry"
-GPU = "nvidia.com/gpu"
-PREFIX = "kubeferry.io/"
-POD_GROUP_LABEL = PREFIX + "pod-group"
-TASK_LABEL = PREFIX + "task"
-QUEUE_ANNOTATION = PREFIX + "queue"
-GPU_MILLI_ANNOTATION = PREFIX + "gpu-milli"
-DEVICES_ANNOTATION = PREFIX + "gpu-devices"
-WILL_EVICT_AT = PREFIX + "will-evict-at"  # RFC 3339: the job is evicted then unless the notice is cancelled
-WILL_EVICT_BY = PREFIX + "will-evict-by"
-TOPOLOGY_ANNOTATION = PREFIX + "gpu-topology"
-MODEL_LABEL = PREFIX + "gpu-model"
-DOMAIN_LABEL = PREFIX + "topology-domain"
 DEFAULT_QUEUE = "default"
 
 Obj = dict[str, Any]

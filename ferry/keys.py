@@ -1,0 +1,22 @@
+"""Names Kube-Ferry's components agree on: the scheduler name, labels, annotations, condition types.
+
+One place, because the scheduler writes what the vnode reads (and the other way round).
+"""
+
+from __future__ import annotations
+
+SCHEDULER_NAME = "kube-ferry"
+GPU = "nvidia.com/gpu"
+PREFIX = "kubeferry.io/"
+POD_GROUP_LABEL = PREFIX + "pod-group"
+TASK_LABEL = PREFIX + "task"
+QUEUE_ANNOTATION = PREFIX + "queue"
+GPU_MILLI_ANNOTATION = PREFIX + "gpu-milli"
+DEVICES_ANNOTATION = PREFIX + "gpu-devices"
+WILL_EVICT_AT = PREFIX + "will-evict-at"  # RFC 3339: the job is evicted then unless the notice is cancelled
+WILL_EVICT_BY = PREFIX + "will-evict-by"
+WILL_EVICT_CONDITION = PREFIX + "WillEvict"
+TOPOLOGY_ANNOTATION = PREFIX + "gpu-topology"
+MODEL_LABEL = PREFIX + "gpu-model"
+DOMAIN_LABEL = PREFIX + "topology-domain"
+TIER_ANNOTATION = PREFIX + "tier"
