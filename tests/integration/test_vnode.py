@@ -40,8 +40,11 @@ async def compute_pod_of(compute: client.ApiClient, tenant: str, uid: str) -> An
     return pods.items[0] if pods.items else None
 
 
-async def phase(core: client.CoreV1Api, ns: str, name: str) -> str:
-    return (await core.read_namespaced_pod(name, ns)).status.phase or ""
+async def running_pair(core: client.CoreV1Api, compute: client.ApiClient, ns: str, name: str) -> tuple[str, Any]:
+    """A plain tenant pod, once Running upstream: its UID and its compute-side copy."""
+    uid = (await core.create_namespaced_pod(ns, tenant_pod(name, automountServiceAccountToken=False))).metadata.uid
+    await eventually(lambda: _with_phase(core, ns, name, "Running"), what=f"{name} Running")
+    return uid, await compute_pod_of(compute, "tenant-1", uid)
 
 
 async def test_pod_with_configmap_secret_and_token_runs_and_succeeds(
@@ -54,7 +57,6 @@ async def test_pod_with_configmap_secret_and_token_runs_and_succeeds(
     body["spec"]["containers"][0]["volumeMounts"] = [{"name": "cfg", "mountPath": "/etc/cfg"}]
     body["spec"]["containers"][0]["env"] = [{"name": "KEY", "valueFrom": {"secretKeyRef": {"name": "creds",
                                                                                          "key": "key"}}}]
-    await eventually(lambda: _sa_exists(core, tenant_ns), what="default ServiceAccount")
     created = await core.create_namespaced_pod(tenant_ns, body)
     uid = created.metadata.uid
 
@@ -181,10 +183,7 @@ async def _events(core: client.CoreV1Api, ns: str, pod: str, reason: str) -> lis
 async def test_preempted_compute_pod_fails_upstream_and_is_not_recreated(
         tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
     core = client.CoreV1Api(tenant_api)
-    uid = (await core.create_namespaced_pod(tenant_ns, tenant_pod("victim", automountServiceAccountToken=False))
-           ).metadata.uid
-    await eventually(lambda: _with_phase(core, tenant_ns, "victim", "Running"), what="victim Running")
-    cpod = await compute_pod_of(compute_api, "tenant-1", uid)
+    uid, cpod = await running_pair(core, compute_api, tenant_ns, "victim")
     # What the scheduler does to a victim: the Eviction API (which adds DisruptionTarget, then deletes).
     await client.CoreV1Api(compute_api).create_namespaced_pod_eviction(
         cpod.metadata.name, "tenant-1", {"metadata": {"name": cpod.metadata.name, "namespace": "tenant-1"}})
@@ -205,9 +204,7 @@ async def _label_seen(core: client.CoreV1Api, ns: str) -> bool:
 async def test_graceful_delete_flows_down_and_finishes_upstream(
         tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
     core = client.CoreV1Api(tenant_api)
-    uid = (await core.create_namespaced_pod(tenant_ns, tenant_pod("gone", automountServiceAccountToken=False))
-           ).metadata.uid
-    await eventually(lambda: _with_phase(core, tenant_ns, "gone", "Running"), what="Running")
+    uid, _ = await running_pair(core, compute_api, tenant_ns, "gone")
     await core.delete_namespaced_pod("gone", tenant_ns, grace_period_seconds=5)
 
     async def both_gone() -> bool:
@@ -223,10 +220,7 @@ async def test_graceful_delete_flows_down_and_finishes_upstream(
 async def test_kubectl_logs_through_the_tenant_cluster(planes: ControlPlanes, tenant_api: client.ApiClient,
                                                        compute_api: client.ApiClient, tenant_ns: str) -> None:
     core = client.CoreV1Api(tenant_api)
-    uid = (await core.create_namespaced_pod(tenant_ns, tenant_pod("chatty", automountServiceAccountToken=False))
-           ).metadata.uid
-    await eventually(lambda: _with_phase(core, tenant_ns, "chatty", "Running"), what="Running")
-    cpod = await compute_pod_of(compute_api, "tenant-1", uid)
+    _, cpod = await running_pair(core, compute_api, tenant_ns, "chatty")
     k = planes.bin.path("kubectl")
     direct = kubectl(k, planes.kubeconfig("compute"), "logs", "-n", "tenant-1", cpod.metadata.name).stdout
     assert direct.count("\n") >= 10
@@ -448,10 +442,7 @@ async def test_subdomain_gets_a_headless_service_and_hostname_is_kept(
 async def test_a_compute_pod_deleted_behind_the_bridge_fails_the_tenant_pod(
         tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
     core = client.CoreV1Api(tenant_api)
-    uid = (await core.create_namespaced_pod(tenant_ns, tenant_pod("lost", automountServiceAccountToken=False))
-           ).metadata.uid
-    await eventually(lambda: _with_phase(core, tenant_ns, "lost", "Running"), what="Running")
-    cpod = await compute_pod_of(compute_api, "tenant-1", uid)
+    uid, cpod = await running_pair(core, compute_api, tenant_ns, "lost")
     await client.CoreV1Api(compute_api).delete_namespaced_pod(cpod.metadata.name, "tenant-1", grace_period_seconds=0)
     failed = await eventually(lambda: _with_phase(core, tenant_ns, "lost", "Failed"), what="tenant pod Failed")
     assert failed.status.reason == "ComputePodLost"
@@ -467,7 +458,6 @@ async def test_kubelet_api_authenticates_and_authorises_callers(planes: ControlP
     node = await client.CoreV1Api(tenant_api).read_node("ferry-tenant-1")
     port = node.status.daemon_endpoints.kubelet_endpoint.port
     url = f"https://127.0.0.1:{port}/containerLogs/{tenant_ns}/nothing/main"
-    await eventually(lambda: _sa_exists(client.CoreV1Api(tenant_api), tenant_ns), what="default ServiceAccount")
     token = (await client.CoreV1Api(tenant_api).create_namespaced_service_account_token(
         "default", tenant_ns, {"spec": {"expirationSeconds": 600}})).status.token
     ctx = ssl.create_default_context(cafile=str(planes.clusters["tenant-1"].pki / "ca.crt"))
