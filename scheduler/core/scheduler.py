@@ -49,6 +49,10 @@ class SchedulerConfig:
     reservation_after_s: float | None = 1800.0  # a job waiting this long reserves nodes (None: never)
     max_reserved_fraction: float = 0.25  # of GPU capacity held for starving jobs (the longest waiting always gets one)
     max_hold_doublings: int = 2  # a starving job's hold doubles per waiting period, this many times at most
+    # A job still waiting this long after arrival, with a hold that has not drained (heavy-tailed run times
+    # can keep any node busy for days), may evict the borrowed-capacity jobs that overtook it on its held
+    # nodes (None: never). Only with its queue's reclaim right; victims get their grace to checkpoint.
+    starvation_preempt_after_s: float | None = 6 * 3600.0
     reclaim: bool = True
     preempt: bool = True
     grow_elastic: bool = True
@@ -619,22 +623,40 @@ class Scheduler:
         # cannot hold both ways, so this never loops.
         if self._borrowed(pq, claim) < self._borrowed(vq, -victim.gpu_allocated()):
             return "fair-share"
+        if self._overtook_starving(preemptor, victim, now):
+            return "starvation"
         return None
+
+    def _starving(self, job: Job, now: float) -> bool:
+        """Waited past the starvation threshold while holding nodes that did not drain for it."""
+        after = self.config.starvation_preempt_after_s
+        return (after is not None and job.phase is JobPhase.PENDING and job.name in self._reserved
+                and now - job.submit_time >= after)
+
+    def _overtook_starving(self, preemptor: Job, victim: Job, now: float) -> bool:
+        """``victim`` started after the starving ``preemptor`` arrived (it overtook it) and sits on the
+        nodes held for it: evicting it undoes the overtaking, as strict FIFO would never have allowed it.
+        The only thing bounding a big gang's wait when no held node drains."""
+        if not self._starving(preemptor, now) or victim.start_time is None:
+            return False
+        return victim.start_time > preemptor.submit_time and victim.tier <= preemptor.tier
 
     def _borrowed(self, q: Queue, delta: int) -> float:
         return max(0, q.allocated_gpu + delta - q.guaranteed_gpu) / max(q.weight, 1e-9)
 
-    def _victim_queues(self, job: Job) -> list[str]:
+    def _victim_queues(self, job: Job, now: float) -> list[str]:
         """Queues that may hold victims for ``job`` (a cheap filter before looking at their jobs)."""
         pq = self.cluster.queues[job.queue]
         claim = self._claims.get(pq.name, 0) + job.gpu_demand()
         out = [pq.name] if self.config.preempt and job.tier is Tier.GUARANTEED else []
         may_reclaim = pq.rights.reclaim and self.config.reclaim
         within = pq.allocated_gpu + claim <= pq.guaranteed_gpu
+        starving = self._starving(job, now)
         for q in self.cluster.queues.values():
             if q.name == pq.name or (q.allocated_gpu <= q.guaranteed_gpu and not pq.rights.privileged):
                 continue
-            if pq.rights.privileged or (may_reclaim and (within or self._borrowed(pq, claim) < self._borrowed(q, 0))):
+            if pq.rights.privileged or (may_reclaim and (within or starving
+                                                         or self._borrowed(pq, claim) < self._borrowed(q, 0))):
                 out.append(q.name)
         return out
 
@@ -649,7 +671,8 @@ class Scheduler:
 
     def _preempt(self, now: float, result: CycleResult) -> None:
         attempts = 0
-        candidates: list[tuple[tuple[float, ...], OrderKey, str]] = []
+        # starving jobs first, then by queue (least served first) and job order
+        candidates: list[tuple[bool, tuple[float, ...], OrderKey, str]] = []
         for tier, queues in self._pending.items():
             if tier != int(Tier.GUARANTEED):
                 continue
@@ -658,14 +681,14 @@ class Scheduler:
                 for group in groups.values():
                     waiting = (kn for kn in group if self.cluster.jobs[kn[1]].phase is JobPhase.PENDING)
                     for key, name in itertools.islice(waiting, self.config.preemption_attempts):
-                        candidates.append((qkey, key, name))
+                        candidates.append((not self._starving(self.cluster.jobs[name], now), qkey, key, name))
         if not candidates:
             return
         running: dict[str, list[Job]] = defaultdict(list)
         for j in self.cluster.jobs.values():
             if j.phase is JobPhase.RUNNING:
                 running[j.queue].append(j)
-        for _, _, name in sorted(candidates):
+        for _, _, _, name in sorted(candidates):
             if attempts >= self.config.preemption_attempts:
                 return
             job = self.cluster.jobs[name]
@@ -681,7 +704,7 @@ class Scheduler:
             if now < job.preempt_retry_at:
                 continue
             self._claims = self._compute_claims()
-            pool = [v for q in self._victim_queues(job) for v in running.get(q, ())
+            pool = [v for q in self._victim_queues(job, now) for v in running.get(q, ())
                     if self._victim_ok(job, v, now)]
             if not pool:
                 job.preempt_retry_at = now + self.config.preemption_retry_s
@@ -736,6 +759,7 @@ class Scheduler:
             self.placer.release(job, p.replica, ReplicaPhase.PENDING)
         for victim in chosen:
             self._restore(victim, saved[victim.name])
+        rules = {v.name: self._victim_ok(job, v, now) or "preemption" for v in chosen}
         self._reserved[job.name] = nodes
         job.reserved_nodes = nodes
         job.phase = JobPhase.PRIVILEGED
@@ -743,7 +767,7 @@ class Scheduler:
         for victim in chosen:
             vq = self.cluster.queues[victim.queue]
             deadline = now + max(vq.victim_grace_s, 0.0)
-            rule = self._victim_ok(job, victim, now) or "preemption"
+            rule = rules[victim.name]
             victim.phase, victim.will_evict_deadline, victim.will_evict_by = JobPhase.WILL_EVICT, deadline, job.name
             victim.last_victim_cycle = self.cycles
             self._victims[job.name][victim.name] = None

@@ -24,6 +24,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="seconds a job runs before it may be preempted (victim protection)")
     p.add_argument("--reservation-after", type=float, default=1800.0,
                    help="seconds a passed-over job waits before nodes are held for it")
+    p.add_argument("--starvation-preempt-after", type=float, default=6 * 3600.0,
+                   help="seconds after which a job whose held nodes did not drain may evict the borrowed "
+                        "jobs that overtook it (0: never)")
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=run)
 
@@ -51,7 +54,7 @@ async def _main(args: argparse.Namespace) -> None:
 
     api = await config.new_client_from_config(config_file=str(args.kubeconfig))
     core = SchedulerConfig(min_runtime_s=args.min_runtime, reservation_after_s=args.reservation_after,
-                           grow_elastic=False)
+                           starvation_preempt_after_s=args.starvation_preempt_after or None, grow_elastic=False)
     service = SchedulerService(api, ServiceConfig(period_s=args.period, core=core))
     elector: LeaderElector | None = None
     if args.leader_elect:

@@ -209,6 +209,36 @@ def test_starving_big_gang_gets_a_reservation_while_backfill_continues() -> None
     assert c.jobs["late-small"].phase is JobPhase.PENDING or c.jobs["late-small"].replicas[0].node not in held
 
 
+def test_a_starving_gang_whose_hold_never_drains_evicts_only_the_borrowers_that_overtook_it() -> None:
+    c = cluster([node(f"n{i}", 8) for i in range(1, 5)], [queue("a", 8), queue("b", 0)])
+    s = scheduler(c, reservation_after_s=100.0, starvation_preempt_after_s=500.0, preemption_retry_s=0.0)
+    s.submit(gang("a-long", "a", 1, 8, submit=0))
+    s.submit(gang("b-old", "b", 1, 4, submit=0))
+    s.cycle(0)
+    s.submit(gang("big", "a", 2, 8, submit=1))  # its queue would borrow 16 GPUs: no fair-share reclaim
+    s.submit(gang("b-over", "b", 1, 8, submit=2))
+    s.submit(gang("b-fill", "b", 1, 8, submit=3))
+    s.cycle(3)
+    assert c.jobs["big"].phase is JobPhase.PENDING and c.jobs["big"].bypassed
+    assert {c.jobs[j].phase for j in ("b-over", "b-fill")} == {JobPhase.RUNNING}
+    res = s.cycle(200)
+    assert c.jobs["big"].reserved_nodes and not res.of(NotifyWillEvict)  # a hold first, nobody evicted
+    res = s.cycle(400)
+    assert not res.of(NotifyWillEvict)
+    res = s.cycle(600)
+    notices = {d.job: d for d in res.of(NotifyWillEvict) if isinstance(d, NotifyWillEvict)}
+    assert set(notices) == {"b-over", "b-fill"}  # b-old started before big arrived; a-long is not borrowed
+    assert all("starvation" in n.reason for n in notices.values())
+    assert c.jobs["big"].phase is JobPhase.PRIVILEGED
+    res = s.cycle(631)  # past the victims' grace
+    assert {d.job for d in res.of(Evict) if isinstance(d, Evict)} == {"b-over", "b-fill"}
+    for victim in ("b-over", "b-fill"):
+        s.remove(victim)
+    s.cycle(632)
+    assert c.jobs["big"].phase is JobPhase.RUNNING
+    assert c.jobs["b-old"].phase is JobPhase.RUNNING
+
+
 def test_main_task_success_completes_the_job_and_stops_the_rest() -> None:
     from scheduler.core.model import Job, Request, Task
 
