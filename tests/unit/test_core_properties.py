@@ -80,9 +80,35 @@ op = st.one_of(
 )
 def test_invariants_hold_under_random_workloads(sizes: list[int], guarantees: tuple[int, int, int],
                                                 rights: tuple[bool, bool, bool], ops: list[tuple[str, object]]) -> None:
+    _replay(sizes, guarantees, rights, ops, reservation_after_s=60.0, starvation_preempt_after_s=120.0)
+
+
+# Long cycles and frequent finishes: small jobs keep overtaking big gangs, which get holds and then
+# evict the borrowers that overtook them.
+churn = st.one_of(
+    st.tuples(st.just("submit"), job_spec),
+    st.tuples(st.just("cycle"), st.integers(20, 200)),
+    st.tuples(st.just("finish"), st.integers(0, 50)),
+    st.tuples(st.just("finish"), st.integers(0, 50)),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.lists(st.just(8), min_size=2, max_size=4),
+    guarantees=st.tuples(st.integers(0, 8), st.integers(0, 8), st.integers(0, 8)),
+    ops=st.lists(churn, min_size=20, max_size=80),
+)
+def test_invariants_hold_while_starving_gangs_evict_what_overtook_them(
+        sizes: list[int], guarantees: tuple[int, int, int], ops: list[tuple[str, object]]) -> None:
+    _replay(sizes, guarantees, (True, True, True), ops, reservation_after_s=60.0, starvation_preempt_after_s=240.0)
+
+
+def _replay(sizes: list[int], guarantees: tuple[int, int, int], rights: tuple[bool, bool, bool],
+            ops: list[tuple[str, object]], **config: object) -> None:
     c = cluster([node(f"n{i}", g, domain=f"r{i % 2}") for i, g in enumerate(sizes)],
                 [queue(q, g, reclaim=r, grace=20) for q, g, r in zip(QUEUES, guarantees, rights, strict=True)])
-    s = scheduler(c, reservation_after_s=60.0)
+    s = scheduler(c, **config)
     now = 0.0
     serial = 0
     last_victims: set[str] = set()
