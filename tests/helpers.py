@@ -11,7 +11,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TypeVar
 
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
+
+from ferry.kube import rest
 
 T = TypeVar("T")
 
@@ -48,7 +50,7 @@ def wait_sync(check: Callable[[], T | None], timeout: float = 30.0, what: str = 
 
 @asynccontextmanager
 async def api_client(kubeconfig: Path) -> AsyncIterator[client.ApiClient]:
-    api = await config.new_client_from_config(config_file=str(kubeconfig))
+    api = await rest.api_client(kubeconfig)
     try:
         yield api
     finally:

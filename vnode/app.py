@@ -54,6 +54,7 @@ class Vnode:
                                 self.recorder, cfg.max_pods, cfg.heartbeat_s)
         self.events = WorkQueue("events", max_delay=5.0)
         self.groups = WorkQueue("groups", max_delay=5.0)
+        self._replayed: set[str] = set()  # compute events known only from a list, not from a change
         self._wire()
 
     def _wire(self) -> None:
@@ -69,9 +70,7 @@ class Vnode:
             inf.on_change = self.binder.on_tenant_group(kind)
         c.compute_groups.on_change = lambda kind, g: self.groups.add(f"{g['metadata']['namespace']}/"
                                                                      f"{g['metadata']['name']}")
-        c.compute_events.on_change = lambda kind, e: (self.events.add(f"{e['metadata']['namespace']}/"
-                                                                      f"{e['metadata']['name']}")
-                                                      if kind != "DELETED" else None)
+        c.compute_events.on_change = self._compute_event
         c.tenant_configmaps.on_change = self._dependency_changed("configMap")
         c.tenant_secrets.on_change = self._dependency_changed("secret")
         c.compute_nodes.on_change = lambda *_: self.node.changed.set()
@@ -92,8 +91,20 @@ class Vnode:
         return handler
 
     # --------------------------------------------------------------- events
+    def _compute_event(self, kind: str, ev: Obj) -> None:
+        key = f"{ev['metadata']['namespace']}/{ev['metadata']['name']}"
+        if kind == "DELETED":
+            return
+        if kind == "SYNC":  # read again after a (re)start: mirrored before, unless it is missing upstream
+            self._replayed.add(key)
+        else:
+            self._replayed.discard(key)
+        self.events.add(key)
+
     async def mirror_event(self, key: str) -> None:
         """A compute-side Event about an owned pod appears on the tenant pod."""
+        replayed = key in self._replayed
+        self._replayed.discard(key)
         ev = self.caches.compute_events.store.get(key)
         if ev is None or (ev.get("involvedObject") or {}).get("kind") != "Pod":
             return
@@ -103,8 +114,9 @@ class Vnode:
         tp = self.caches.tenant_pods.store.get(tkey) if tkey else None
         if tp is None or tp["metadata"]["uid"] != cp["metadata"]["labels"].get(naming.UPSTREAM_UID_LABEL):  # type: ignore[index]
             return
-        await self.recorder.emit(tp, ev.get("type", "Normal"), ev.get("reason", ""), ev.get("message", ""),
-                                 key=ev["metadata"].get("uid"), count=int(ev.get("count") or 1))
+        await self.recorder.mirror(tp, ev.get("type", "Normal"), ev.get("reason", ""), ev.get("message", ""),
+                                   key=ev["metadata"]["uid"], count=int(ev.get("count") or 1),
+                                   only_if_absent=replayed)
 
     async def reflect_group(self, key: str) -> None:
         group = self.caches.compute_groups.store.get(key)

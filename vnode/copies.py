@@ -108,7 +108,7 @@ class Copies:
         }
         try:
             created = await self.compute.create(path("", "v1", "services", self.b.namespace), body)
-            self.caches.compute_services.store[f"{self.b.namespace}/{name}"] = created
+            self.caches.compute_services.remember(created)
         except Exception as exc:
             if status_of(exc) != 409:
                 raise
@@ -147,14 +147,14 @@ class Copies:
         url = path("", "v1", "secrets", self.b.namespace)
         if have is None:
             try:
-                self.caches.compute_secrets.store[key] = await self.compute.create(url, body)
+                self.caches.compute_secrets.remember(await self.compute.create(url, body))
             except Exception as exc:
                 if status_of(exc) != 409:
                     raise
                 have = await self.compute.get(f"{url}/{name}")
         if have is not None:
             body["metadata"]["resourceVersion"] = have["metadata"]["resourceVersion"]
-            self.caches.compute_secrets.store[key] = await self.compute.put(f"{url}/{name}", body)
+            self.caches.compute_secrets.remember(await self.compute.put(f"{url}/{name}", body), replaces=have)
         return 0.8 * (expires - now)
 
     async def sweep(self) -> int:

@@ -23,33 +23,58 @@ class Recorder:
         self.rest = tenant
         self.source = {"component": component, "host": host}
 
-    async def emit(self, obj: Obj, etype: str, reason: str, message: str, key: str | None = None,
-                   count: int = 1) -> None:
-        """Record an Event on ``obj`` (best effort: an event never blocks the work it reports)."""
+    async def emit(self, obj: Obj, etype: str, reason: str, message: str, key: str | None = None) -> None:
+        """Record one of the vnode's own Events on ``obj``; a repeat (same ``key``, else same reason and
+        message) bumps its count (best effort: an event never blocks the work it reports)."""
+        name, body = self._event(obj, etype, reason, message, key or reason + message, 1)
+        url = path("", "v1", "events", body["metadata"]["namespace"])
+        if await self._create(url, body, reason):
+            return
+        try:
+            old = await self.rest.get(f"{url}/{name}")
+            await self.rest.patch(f"{url}/{name}", {"count": int(old.get("count") or 1) + 1,
+                                                    "lastTimestamp": body["lastTimestamp"],
+                                                    "message": body["message"]})
+        except Exception as exc:
+            log.warning("event not updated", reason=reason, error=str(exc)[:200])
+
+    async def mirror(self, obj: Obj, etype: str, reason: str, message: str, key: str, count: int,
+                     only_if_absent: bool) -> None:
+        """Mirror a compute-side Event (identified by ``key``) onto ``obj`` with the compute count, so
+        replaying it is idempotent. ``only_if_absent``: a restarted vnode re-reading the compute events
+        must not rewrite every one it mirrored before (three requests each, during its busiest seconds)."""
+        name, body = self._event(obj, etype, reason, message, key, count)
+        url = path("", "v1", "events", body["metadata"]["namespace"])
+        if await self._create(url, body, reason) or only_if_absent:
+            return
+        try:
+            await self.rest.patch(f"{url}/{name}", {"count": count, "lastTimestamp": body["lastTimestamp"],
+                                                    "message": body["message"]})
+        except Exception as exc:
+            log.warning("event not updated", reason=reason, error=str(exc)[:200])
+
+    def _event(self, obj: Obj, etype: str, reason: str, message: str, identity: str, count: int) -> tuple[str, Obj]:
         meta = obj["metadata"]
-        ns = meta.get("namespace") or "default"
-        digest = hashlib.sha256(f"{meta.get('uid')}/{key or reason + message}".encode()).hexdigest()[:12]
+        digest = hashlib.sha256(f"{meta.get('uid')}/{identity}".encode()).hexdigest()[:12]
         name = f"{meta['name'][:200]}.{digest}"
         stamp = now()
-        body: Obj = {
+        return name, {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": name, "namespace": ns},
+            "metadata": {"name": name, "namespace": meta.get("namespace") or "default"},
             "involvedObject": {"apiVersion": obj.get("apiVersion", "v1"), "kind": obj.get("kind", "Pod"),
                                "name": meta["name"], "namespace": meta.get("namespace"), "uid": meta.get("uid")},
             "type": etype, "reason": reason, "message": message[:1024], "source": self.source,
             "firstTimestamp": stamp, "lastTimestamp": stamp, "count": count,
             "reportingComponent": self.source["component"], "reportingInstance": self.source["host"],
         }
-        url = path("", "v1", "events", ns)
+
+    async def _create(self, url: str, body: Obj, reason: str) -> bool:
+        """Create the Event; False if it exists already (or could not be written, which is logged)."""
         try:
             await self.rest.create(url, body)
+            return True
         except Exception as exc:
             if status_of(exc) != 409:
                 log.warning("event not recorded", reason=reason, error=str(exc)[:200])
-                return
-            try:
-                old = await self.rest.get(f"{url}/{name}")
-                await self.rest.patch(f"{url}/{name}", {"count": max(count, int(old.get("count") or 1) + 1),
-                                                        "lastTimestamp": stamp, "message": message[:1024]})
-            except Exception as exc2:
-                log.warning("event not updated", reason=reason, error=str(exc2)[:200])
+                return True  # nothing more to try
+            return False

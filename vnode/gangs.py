@@ -88,7 +88,7 @@ class Gangs:
         }
         try:
             created = await self.compute.create(path(*FERRY_PG[:2], "podgroups", self.b.namespace), body)
-            self.caches.compute_groups.store[key] = created
+            self.caches.compute_groups.remember(created)
         except Exception as exc:
             if status_of(exc) != 409:
                 raise

@@ -161,7 +161,7 @@ class PodReconciler:
                 await self._delete_compute(created, "stale-incarnation")
                 raise RuntimeError("a compute pod of an earlier pod with this name is being removed") from exc
         # Remember it now: the watch may deliver it after the next reconcile of this key.
-        self.caches.compute_pods.store[f"{self.b.namespace}/{created['metadata']['name']}"] = created
+        self.caches.compute_pods.remember(created)
         self.last_compute[key] = _slim(created)
         self.created_at[key] = time.monotonic()
         if refresh is not None:
@@ -183,7 +183,7 @@ class PodReconciler:
         meta = tp["metadata"]
         updated = await self.tenant.patch(path("", "v1", "pods", meta["namespace"], meta["name"], "status"),
                                           {"metadata": {"uid": meta["uid"]}, "status": new})
-        self.caches.tenant_pods.store[f"{meta['namespace']}/{meta['name']}"] = updated
+        self.caches.tenant_pods.remember(updated, replaces=tp)
         metrics.STATUS_UPDATES.inc()
         self.status_writes += 1
         old_conds = status.conditions(tp.get("status", {}))
@@ -198,7 +198,7 @@ class PodReconciler:
         cname = naming.compute_name(self.b.tenant, meta["namespace"], meta["name"])
         live = await self.compute.get_or_none(path("", "v1", "pods", self.b.namespace, cname))
         if live is not None:  # the cache lags: nothing is lost
-            self.caches.compute_pods.store[f"{self.b.namespace}/{cname}"] = live
+            self.caches.compute_pods.remember(live)
             self.queue.add(key)
             return
         if status.was_preempted(tp, self.last_compute.get(key)):
@@ -212,7 +212,7 @@ class PodReconciler:
         meta = tp["metadata"]
         body = {"metadata": {"uid": meta["uid"]}, "status": status.failed(tp, reason, message, disruption)}
         updated = await self.tenant.patch(path("", "v1", "pods", meta["namespace"], meta["name"], "status"), body)
-        self.caches.tenant_pods.store[f"{meta['namespace']}/{meta['name']}"] = updated
+        self.caches.tenant_pods.remember(updated, replaces=tp)
         metrics.STATUS_UPDATES.inc()
         self.status_writes += 1
         if reason == "Preempted":

@@ -7,14 +7,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from ferry.cluster.gpunodes import gpu_node
+from ferry.kube.rest import api_client
 
 
 async def _api(kubeconfig: Path) -> client.ApiClient:
-    return await config.new_client_from_config(config_file=str(kubeconfig))
+    return await api_client(kubeconfig)
 
 
 async def create_gpu_nodes(kubeconfig: Path, count: int, gpus: int, concurrency: int = 16) -> None:

@@ -8,11 +8,11 @@ that replaces the store. Objects are kept as plain dicts keyed ``namespace/name`
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
 import structlog
 
 Obj = dict[str, Any]
@@ -32,22 +32,25 @@ def strip_managed_fields(obj: Obj) -> Obj:
     return obj
 
 
-def _interned(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {sys.intern(k): _interned(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_interned(v) for v in value]
-    if isinstance(value, str) and len(value) <= 40:
-        return sys.intern(value)
-    return value
+def _intern_values(value: Obj | list[Any]) -> None:
+    """Share short string values (phases, condition types, images, timestamps' siblings) in place."""
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    for k, v in items:
+        if isinstance(v, str):
+            if len(v) <= 40:
+                value[k] = sys.intern(v)  # type: ignore[index]
+        elif isinstance(v, dict | list):
+            _intern_values(v)
 
 
 def compact(obj: Obj) -> Obj:
-    """Drop managedFields and share repeated keys and short values across cached objects: each watch
-    event is decoded on its own, so without this every cached pod carries its own copy of every key
-    (measured: 10.9 KB → 4.8 KB per pod)."""
-    out: Obj = _interned(strip_managed_fields(obj))
-    return out
+    """Drop managedFields and share repeated short values across cached objects (keys are shared
+    already: orjson caches them across documents). Each watch event is decoded on its own, so without
+    this every cached pod carries its own copy of "Running", "True", its image … (measured with the
+    stdlib decoder: 10.9 KB → 4.8 KB per pod)."""
+    strip_managed_fields(obj)
+    _intern_values(obj)
+    return obj
 
 
 class Gone(Exception):
@@ -79,13 +82,23 @@ class Informer:
         self.relists = 0
         self.error: str | None = None  # the last list/watch failure, None while the API answers
 
+    def remember(self, obj: Obj, replaces: Obj | None = None) -> None:
+        """Put the answer to our own write in the store before its watch event arrives (so the next
+        reconcile does not act on the older state) -- but only where the store still holds what the
+        write was based on (``replaces``; None: nothing). Under load the watch can deliver later
+        versions first (a pod bound and Running before its create call returns): replacing those with
+        the older answer would leave the store stale with no further event to correct it."""
+        key = key_of(obj)
+        if self.store.get(key) is replaces:
+            self.store[key] = self.transform(obj)
+
     def _notify(self, kind: str, obj: Obj) -> None:
         if self.on_change is not None:
             self.on_change(kind, obj)
 
     async def _list(self) -> None:
         resp = await self._lister(_preload_content=False)
-        data = json.loads(await resp.read())
+        data = orjson.loads(await resp.read())
         _raise_for(resp, data)
         fresh = {key_of(o): self.transform(o) for o in data.get("items", [])}
         kind = data.get("kind", "").removesuffix("List")
@@ -105,13 +118,13 @@ class Informer:
         resp = await self._lister(watch=True, resource_version=self._rv, allow_watch_bookmarks=True,
                                   timeout_seconds=self._timeout, _preload_content=False)
         if getattr(resp, "status", 200) >= 300:
-            _raise_for(resp, json.loads(await resp.read() or b"{}"))
+            _raise_for(resp, orjson.loads(await resp.read() or b"{}"))
         self.error = None
         async with resp:
             async for line in resp.content:
                 if not line.strip():
                     continue
-                event = json.loads(line)
+                event = orjson.loads(line)
                 etype, obj = event.get("type"), event.get("object", {})
                 if etype == "ERROR":
                     if obj.get("code") == 410:

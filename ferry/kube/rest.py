@@ -7,11 +7,13 @@ the client's auth, TLS and connection pool.
 
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
+import aiohttp
+import orjson
 from kubernetes_asyncio import config as kconfig
 from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -26,7 +28,26 @@ async def api_client(kubeconfig: Path, pool: int = 100) -> ApiClient:
     conf = Configuration()
     await kconfig.load_kube_config(config_file=str(kubeconfig), client_configuration=conf)
     conf.connection_pool_maxsize = pool
-    return ApiClient(conf)
+    return without_env_lookups(ApiClient(conf))
+
+
+PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "NETRC")
+
+
+def without_env_lookups(api: ApiClient) -> ApiClient:
+    """Stop the client's session from reading the proxy environment and ~/.netrc on every request.
+
+    ``kubernetes_asyncio`` opens its aiohttp session with ``trust_env=True``: each request then parses
+    ~/.netrc and the proxy variables in two thread-pool hops, which was a seventh of the vnode's CPU
+    while it forwarded a burst. Kept as is when any proxy variable is set (the user asked for it)."""
+    if any(os.environ.get(v) or os.environ.get(v.lower()) for v in PROXY_VARS):
+        return api
+    old: aiohttp.ClientSession = api.rest_client.pool_manager
+    connector = old.connector
+    old.detach()  # hands the connector (pool, TLS context) over without closing it
+    api.rest_client.pool_manager = aiohttp.ClientSession(connector=connector, trust_env=False,
+                                                         read_bufsize=2**21)
+    return api
 
 
 def status_of(exc: BaseException) -> int:
@@ -54,13 +75,25 @@ class Rest:
 
     async def raw(self, method: str, url: str, body: Any = None, query: dict[str, Any] | None = None,
                   content_type: str = JSON, timeout: float | None = 30.0) -> Any:
-        """The raw aiohttp response (caller reads/streams it); non-2xx raises ApiException."""
+        """The raw aiohttp response (caller reads/streams it); non-2xx raises ApiException.
+
+        Goes straight to the client's aiohttp session with the client's own auth (token refresh
+        included), TLS, pool and proxy: its generic ``call_api`` walks every request body in Python to
+        "sanitize" it, the biggest per-request cost when the bridge copies whole pods."""
+        api = self.api
         params = [(k, _q(v)) for k, v in (query or {}).items() if v is not None]
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        resp = await self.api.call_api(
-            url, method, query_params=params, header_params=headers, body=body,
-            auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout,
-        )
+        headers = {**api.default_headers, "Accept": JSON, "Content-Type": content_type}
+        await api.update_params_for_auth(headers, params, ["BearerToken"])
+        target = api.configuration.host + url + (f"?{urlencode(params)}" if params else "")
+        rc = api.rest_client
+        extra: dict[str, Any] = {}
+        if rc.proxy:
+            extra.update(proxy=rc.proxy, proxy_headers=rc.proxy_headers)
+        if rc.server_hostname:
+            extra["server_hostname"] = rc.server_hostname
+        resp = await rc.pool_manager.request(
+            method, target, headers=headers, data=None if body is None else orjson.dumps(body),
+            timeout=aiohttp.ClientTimeout(total=timeout), **extra)
         if not 200 <= resp.status <= 299:
             data = await resp.read()
             resp.release()
@@ -74,7 +107,7 @@ class Rest:
         resp = await self.raw(method, url, body, query, content_type)
         async with resp:
             data = await resp.read()
-        out: Obj = json.loads(data) if data else {}
+        out: Obj = orjson.loads(data) if data else {}
         return out
 
     async def get(self, url: str, **query: Any) -> Obj:

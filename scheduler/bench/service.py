@@ -15,10 +15,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 
 from ferry import binaries
 from ferry.cluster.planes import ControlPlanes, Shape
+from ferry.kube.rest import api_client
 
 GROUP, VERSION = "scheduling.kubeferry.io", "v1alpha1"
 
@@ -61,7 +62,7 @@ async def _wait(cond: Any, timeout: float) -> None:
 
 
 async def bench(kubeconfig: Path, pods: int, gangs: int) -> None:
-    api = await config.new_client_from_config(config_file=str(kubeconfig))
+    api = await api_client(kubeconfig)
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     sem = asyncio.Semaphore(32)
 

@@ -44,15 +44,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _main(args: argparse.Namespace) -> None:
-    from kubernetes_asyncio import config
-
     from ferry.health import make_app, serve
+    from ferry.kube.rest import api_client
     from scheduler.core.scheduler import SchedulerConfig
     from scheduler.service import metrics
     from scheduler.service.leader import LeaderElector
     from scheduler.service.service import SchedulerService, ServiceConfig
 
-    api = await config.new_client_from_config(config_file=str(args.kubeconfig))
+    api = await api_client(args.kubeconfig)
     core = SchedulerConfig(min_runtime_s=args.min_runtime, reservation_after_s=args.reservation_after,
                            starvation_preempt_after_s=args.starvation_preempt_after or None, grow_elastic=False)
     service = SchedulerService(api, ServiceConfig(period_s=args.period, core=core))

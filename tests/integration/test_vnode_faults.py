@@ -46,7 +46,12 @@ async def bridge_state(tenant: client.ApiClient, compute: client.ApiClient, ns: 
     per_uid = Counter(p["metadata"]["labels"][naming.UPSTREAM_UID_LABEL] for p in cpods)
     tuids = {p["metadata"]["uid"] for p in tpods}
     phases = Counter(p.get("status", {}).get("phase") for p in tpods)
+    by_uid = {p["metadata"]["labels"][naming.UPSTREAM_UID_LABEL]: p for p in cpods}
+    lagging = [(p["metadata"]["name"], p.get("status", {}).get("phase"), p["spec"].get("nodeName"),
+                (by_uid.get(p["metadata"]["uid"]) or {}).get("status", {}).get("phase"))
+               for p in tpods if p.get("status", {}).get("phase") != "Running"]
     return {
+        "lagging (tenant pod, phase, node, compute phase)": lagging[:3],
         "tenant": len(tpods),
         "running": phases["Running"],
         "failed": phases["Failed"],
@@ -62,17 +67,19 @@ async def test_kill_9_during_a_burst_then_restart_converges_without_duplicates_o
     core = client.CoreV1Api(tenant_api)
     vnode = vnodes["tenant-1"]
     names = [f"burst-{i:03d}" for i in range(BURST)]
-    burst = asyncio.create_task(create_many(core, tenant_ns, names))
+    half = BURST // 2
+    burst = asyncio.create_task(create_many(core, tenant_ns, names[:half]))
 
     async def forwarded_some() -> bool:
-        return (await bridge_state(tenant_api, compute_api, tenant_ns))["tenant"] - \
-            (await bridge_state(tenant_api, compute_api, tenant_ns))["missing"] >= 100
+        s = await bridge_state(tenant_api, compute_api, tenant_ns)
+        return s["tenant"] - s["missing"] >= 100
 
     await eventually(forwarded_some, timeout=60, what="100 pods forwarded")
     vnode.kill()
-    await burst  # the tenant cluster keeps accepting pods while its vnode is down
+    await burst
+    await create_many(core, tenant_ns, names[half:])  # the tenant cluster keeps accepting pods meanwhile
     mid = await bridge_state(tenant_api, compute_api, tenant_ns)
-    assert mid["tenant"] == BURST and mid["missing"] > 0, mid
+    assert mid["tenant"] == BURST and mid["missing"] >= BURST - half, mid
 
     t0 = time.monotonic()
     vnode.start()
@@ -90,16 +97,21 @@ async def test_kill_9_during_a_burst_then_restart_converges_without_duplicates_o
     bridged = time.monotonic() - t0
     assert bridged <= 15.5, f"bridged {bridged:.1f} s after the restart"
 
-    async def converged() -> dict[str, Any] | None:
-        s = await bridge_state(tenant_api, compute_api, tenant_ns)
-        return s if s["running"] == BURST else None
+    last: dict[str, Any] = {}
 
-    # Running everywhere is bounded by the compute scheduler and kwok on this machine (~40 pods/s).
-    final = await eventually(converged, timeout=60, interval=1.0, what="all pods Running after restart")
+    async def converged() -> dict[str, Any] | None:
+        last.update(await bridge_state(tenant_api, compute_api, tenant_ns))
+        return dict(last) if last["running"] == BURST else None
+
+    try:
+        final = await eventually(converged, timeout=60, interval=1.0, what="all pods Running after restart")
+    except AssertionError:
+        raise AssertionError(f"not all Running upstream 60 s after the restart: {last}") from None
     elapsed = time.monotonic() - t0
     print(f"\nvnode restart with {mid['missing']} of {BURST} pods unforwarded: ready in {ready:.1f} s, every pod "
           f"bridged once in {bridged:.1f} s, all Running upstream in {elapsed:.1f} s")
-    assert final == {"tenant": BURST, "running": BURST, "failed": 0, "duplicates": 0, "orphans": 0, "missing": 0}
+    assert final == {"tenant": BURST, "running": BURST, "failed": 0, "duplicates": 0, "orphans": 0, "missing": 0,
+                     "lagging (tenant pod, phase, node, compute phase)": []}
     await core.delete_collection_namespaced_pod(tenant_ns, grace_period_seconds=0)
 
 
@@ -135,7 +147,7 @@ async def test_compute_outage_of_60_s_evicts_nothing_and_converges_on_return(
         s = await bridge_state(tenant_api, compute_api, tenant_ns)
         s["reachable"] = await _reachable(core, "True")
         want = {"tenant": 19, "running": 19, "failed": 0, "duplicates": 0, "orphans": 0, "missing": 0,
-                "reachable": True}
+                "lagging (tenant pod, phase, node, compute phase)": [], "reachable": True}
         return s if s == want else None
 
     try:
