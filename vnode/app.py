@@ -65,6 +65,7 @@ class Vnode:
             self.binder.on_tenant_pod(kind, pod)
 
         c.tenant_pods.on_change = tenant_pod
+        self.binder.on_bound = self.pods.on_tenant_pod
         c.compute_pods.on_change = self.pods.on_compute_pod
         for kind, inf in c.tenant_groups.items():
             inf.on_change = self.binder.on_tenant_group(kind)

@@ -7,6 +7,7 @@ where the gang waits (with a reason) until every member can start.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -32,6 +33,7 @@ class Binder:
         self.gangs = gangs
         self.kueue_present = kueue_present
         self.queue = WorkQueue("bind", max_delay=5.0)
+        self.on_bound: Callable[[str, Obj], None] | None = None  # a pod this vnode just bound
 
     def wants(self, pod: Obj) -> bool:
         spec, meta = pod.get("spec", {}), pod["metadata"]
@@ -82,3 +84,10 @@ class Binder:
         except Exception as exc:
             if status_of(exc) not in (404, 409):  # deleted, or bound meanwhile
                 raise
+            return
+        # Assume the binding (as kube-scheduler does): forwarding starts now, not once the pod's watch
+        # event has come back through a busy tenant apiserver. The event replaces this copy.
+        bound = {**pod, "spec": {**pod.get("spec", {}), "nodeName": self.node}}
+        self.caches.tenant_pods.remember(bound, replaces=pod)
+        if self.on_bound is not None:
+            self.on_bound("ASSUMED", self.caches.tenant_pods.store.get(rest, bound))

@@ -25,7 +25,7 @@ from vnode.translate import Bridge, PodSecurity, compute_pod, refusal
 
 Obj = dict[str, Any]
 log = structlog.get_logger("ferry.vnode.pods")
-SETTLE_S = 1.0  # how long a fresh compute pod may stay Pending before that is written upstream
+SETTLE_S = 3.0  # how long a fresh compute pod may stay Pending before that is written upstream
 
 
 class PodReconciler:

@@ -53,6 +53,14 @@ def compact(obj: Obj) -> Obj:
     return obj
 
 
+def _newer(a: Obj, b: Obj) -> bool:
+    """``a`` is a later version than ``b``. Kubernetes' own apiservers issue resourceVersions as
+    increasing integers and, since 1.35 (KEP-5504), promise they compare within a type; anything
+    else compares as unknown (not newer)."""
+    ra, rb = a.get("metadata", {}).get("resourceVersion", ""), b.get("metadata", {}).get("resourceVersion", "")
+    return ra.isdigit() and rb.isdigit() and int(ra) > int(rb)
+
+
 class Gone(Exception):
     """The watch's resourceVersion is too old: list again."""
 
@@ -89,7 +97,8 @@ class Informer:
         versions first (a pod bound and Running before its create call returns): replacing those with
         the older answer would leave the store stale with no further event to correct it."""
         key = key_of(obj)
-        if self.store.get(key) is replaces:
+        current = self.store.get(key)
+        if current is replaces or (current is not None and _newer(obj, current)):
             self.store[key] = self.transform(obj)
 
     def _notify(self, kind: str, obj: Obj) -> None:

@@ -25,7 +25,14 @@ def test_an_answer_to_our_write_fills_a_gap_but_never_replaces_a_newer_watched_v
     inf.remember(_pod("1", "Pending"))
     assert inf.store["ns/p"] is watched
 
-    inf.remember(_pod("4", "Running"), replaces=_pod("3", "Running"))  # based on a copy, not what is cached
+    inf.remember(_pod("2", "Pending"), replaces=_pod("1", "Pending"))  # older than what is cached
     assert inf.store["ns/p"] is watched
-    inf.remember(_pod("4", "Succeeded"), replaces=watched)  # based on exactly what is cached: newer
+    inf.remember(_pod("4", "Succeeded"), replaces=_pod("1", "Pending"))  # a later version than the cached one
     assert inf.store["ns/p"]["status"]["phase"] == "Succeeded"
+
+    opaque = {"metadata": {"name": "q", "namespace": "ns", "resourceVersion": "a7"}}
+    inf.store["ns/q"] = opaque  # versions that are not integers never compare: identity decides
+    inf.remember({"metadata": {"name": "q", "namespace": "ns", "resourceVersion": "b9"}})
+    assert inf.store["ns/q"] is opaque
+    inf.remember({"metadata": {"name": "q", "namespace": "ns", "resourceVersion": "b9"}}, replaces=opaque)
+    assert inf.store["ns/q"]["metadata"]["resourceVersion"] == "b9"
