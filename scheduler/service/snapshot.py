@@ -246,8 +246,8 @@ def _job(name: str, pods: list[Obj], group: Obj | None, ns_queue: dict[str, str]
         for i, p in enumerate(task_pods):
             by_replica[(task, i)] = p
             node = p.get("spec", {}).get("nodeName")
-            devices = tuple(int(d) for d in p["metadata"].get("annotations", {}).get(DEVICES_ANNOTATION, "").split(",")
-                            if d.strip().isdigit())
+            recorded = (p["metadata"].get("annotations") or {}).get(DEVICES_ANNOTATION)  # per pod per cycle: keep cheap
+            devices = tuple(int(d) for d in recorded.split(",") if d.strip().isdigit()) if recorded else ()
             replicas.append(Replica(task, i, ReplicaPhase.BOUND if node else ReplicaPhase.PENDING, node, devices))
     created = min((p["metadata"].get("creationTimestamp", "") for p in pods), default="")
     tier = Tier.ELASTIC if gspec.get("tier") == "Elastic" else Tier.GUARANTEED

@@ -90,10 +90,11 @@ async def test_kill_9_during_a_burst_then_restart_converges_without_duplicates_o
         s = await bridge_state(tenant_api, compute_api, tenant_ns)
         return s if (s["missing"], s["duplicates"], s["orphans"], s["failed"]) == (0, 0, 0, 0) else None
 
-    # The bridge's own state converges soon after the restart: one compute pod per tenant pod. The issue
-    # asks 10 s; on this 2-core machine (two apiservers, etcd, kwok, scheduler, vnode) it measures
-    # 7-12 s for 200-300 pods left unbound and unforwarded, so the bound asserted is 15 s.
-    await eventually(reconciled, timeout=15 - ready, interval=1.0, what="one compute pod per tenant pod")
+    # The bridge's own state converges soon after the restart: one compute pod per tenant pod, then all
+    # Running upstream. The issue asks 10 s; on this 2-core machine (two apiservers, etcd, kwok, the
+    # scheduler and the vnode saturate both cores while 250-380 pods go through bind, create, schedule,
+    # run and status) it measures 8-11 s, so the bounds asserted are 15 s and 20 s.
+    await eventually(reconciled, timeout=15 - ready, interval=0.5, what="one compute pod per tenant pod")
     bridged = time.monotonic() - t0
     assert bridged <= 15.5, f"bridged {bridged:.1f} s after the restart"
 
@@ -104,9 +105,10 @@ async def test_kill_9_during_a_burst_then_restart_converges_without_duplicates_o
         return dict(last) if last["running"] == BURST else None
 
     try:
-        final = await eventually(converged, timeout=60, interval=1.0, what="all pods Running after restart")
+        final = await eventually(converged, timeout=20 - (time.monotonic() - t0), interval=0.5,
+                                 what="all pods Running after restart")
     except AssertionError:
-        raise AssertionError(f"not all Running upstream 60 s after the restart: {last}") from None
+        raise AssertionError(f"not all Running upstream 20 s after the restart: {last}") from None
     elapsed = time.monotonic() - t0
     print(f"\nvnode restart with {mid['missing']} of {BURST} pods unforwarded: ready in {ready:.1f} s, every pod "
           f"bridged once in {bridged:.1f} s, all Running upstream in {elapsed:.1f} s")
