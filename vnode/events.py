@@ -69,7 +69,8 @@ class Recorder:
         }
 
     async def _create(self, url: str, body: Obj, reason: str) -> bool:
-        """Create the Event; False if it exists already (or could not be written, which is logged)."""
+        """Create the Event. False only if it exists already (the caller may update it); a failure that
+        another attempt would not fix is logged and counts as done (True)."""
         try:
             await self.rest.create(url, body)
             return True

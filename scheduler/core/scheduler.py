@@ -50,8 +50,8 @@ class SchedulerConfig:
     max_reserved_fraction: float = 0.25  # of GPU capacity held for starving jobs (the longest waiting always gets one)
     max_hold_doublings: int = 2  # a starving job's hold doubles per waiting period, this many times at most
     # A job still waiting this long after arrival, with a hold that has not drained (heavy-tailed run times
-    # can keep any node busy for days), may evict the borrowed-capacity jobs that overtook it on its held
-    # nodes (None: never). Only with its queue's reclaim right; victims get their grace to checkpoint.
+    # can keep any node busy for days), may evict the other queues' borrowed-capacity jobs that overtook it
+    # (None: never). Only with its queue's reclaim right; victims get their grace to checkpoint.
     starvation_preempt_after_s: float | None = 6 * 3600.0
     reclaim: bool = True
     preempt: bool = True
@@ -634,9 +634,9 @@ class Scheduler:
                 and now - job.submit_time >= after)
 
     def _overtook_starving(self, preemptor: Job, victim: Job, now: float) -> bool:
-        """``victim`` started after the starving ``preemptor`` arrived (it overtook it) and sits on the
-        nodes held for it: evicting it undoes the overtaking, as strict FIFO would never have allowed it.
-        The only thing bounding a big gang's wait when no held node drains."""
+        """``victim`` started after the starving ``preemptor`` arrived (it overtook it): evicting it undoes
+        an overtaking strict FIFO would never have allowed. The only thing bounding a big gang's wait when
+        no held node drains. (The caller has checked the rest: another queue, borrowed capacity, rights.)"""
         if not self._starving(preemptor, now) or victim.start_time is None:
             return False
         return victim.start_time > preemptor.submit_time and victim.tier <= preemptor.tier
