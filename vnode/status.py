@@ -10,10 +10,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from ferry.keys import WILL_EVICT_CONDITION
+from ferry.keys import PREFIX, WILL_EVICT_CONDITION
 
 Obj = dict[str, Any]
-FORWARDED = "kubeferry.io/Forwarded"
+FORWARDED = PREFIX + "Forwarded"
 WILL_EVICT = WILL_EVICT_CONDITION
 DISRUPTION = "DisruptionTarget"
 TERMINAL = ("Succeeded", "Failed")

@@ -139,7 +139,6 @@ class PhillyResult:
     metrics: dict[str, Any]
     timeline: list[tuple[float, int, int]]  # (t, allocated GPUs, pending jobs)
     tenant_waits: dict[str, list[float]]
-    job_waits: list[tuple[str, int, float, float]] = field(default_factory=list)  # (tenant, GPUs, submit, wait)
 
 
 def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes: int = 96,
@@ -279,8 +278,7 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
             for t, s in sorted(stats.items())
         },
     }
-    job_waits = [(lj.trace.tenant, lj.trace.gpus, lj.trace.submit - t0, lj.waited) for lj in live.values()]
-    return PhillyResult(policy, metrics, timeline, {t: s.waits for t, s in stats.items()}, job_waits)
+    return PhillyResult(policy, metrics, timeline, {t: s.waits for t, s in stats.items()})
 
 
 def _pct(values: list[float], q: float) -> float:

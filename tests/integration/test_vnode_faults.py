@@ -18,6 +18,7 @@ from tests.helpers import eventually
 from vnode import naming
 
 BURST = 500
+LAGGING = "lagging (tenant pod, phase, node, compute phase)"  # up to 3 tenant pods not Running
 
 
 def served_pod(name: str) -> dict[str, Any]:
@@ -51,7 +52,7 @@ async def bridge_state(tenant: client.ApiClient, compute: client.ApiClient, ns: 
                 (by_uid.get(p["metadata"]["uid"]) or {}).get("status", {}).get("phase"))
                for p in tpods if p.get("status", {}).get("phase") != "Running"]
     return {
-        "lagging (tenant pod, phase, node, compute phase)": lagging[:3],
+        LAGGING: lagging[:3],
         "tenant": len(tpods),
         "running": phases["Running"],
         "failed": phases["Failed"],
@@ -113,7 +114,7 @@ async def test_kill_9_during_a_burst_then_restart_converges_without_duplicates_o
     print(f"\nvnode restart with {mid['missing']} of {BURST} pods unforwarded: ready in {ready:.1f} s, every pod "
           f"bridged once in {bridged:.1f} s, all Running upstream in {elapsed:.1f} s")
     assert final == {"tenant": BURST, "running": BURST, "failed": 0, "duplicates": 0, "orphans": 0, "missing": 0,
-                     "lagging (tenant pod, phase, node, compute phase)": []}
+                     LAGGING: []}
     await core.delete_collection_namespaced_pod(tenant_ns, grace_period_seconds=0)
 
 
@@ -149,7 +150,7 @@ async def test_compute_outage_of_60_s_evicts_nothing_and_converges_on_return(
         s = await bridge_state(tenant_api, compute_api, tenant_ns)
         s["reachable"] = await _reachable(core, "True")
         want = {"tenant": 19, "running": 19, "failed": 0, "duplicates": 0, "orphans": 0, "missing": 0,
-                "lagging (tenant pod, phase, node, compute phase)": [], "reachable": True}
+                LAGGING: [], "reachable": True}
         return s if s == want else None
 
     try:
