@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+import aiohttp
 import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -164,11 +165,22 @@ class SchedulerService:
     async def _guard(self, what: str, coro: Awaitable[Any]) -> bool:
         async with self._sem:
             try:
-                await coro
-                return True
+                result = await coro
             except ApiException as exc:
                 log.warning("write failed", what=what, status=exc.status, reason=exc.reason)
                 return False
+            if not isinstance(result, aiohttp.ClientResponse):
+                return True
+            # Unread (``_preload_content=False``) answers are neither checked by the client nor returned
+            # to its pool: a refused binding or eviction would count as done.
+            try:
+                if 200 <= result.status <= 299:
+                    return True
+                body = await result.text()
+                log.warning("write failed", what=what, status=result.status, reason=body[:300])
+                return False
+            finally:
+                result.release()
 
     async def _apply(self, snap: Snapshot, result: CycleResult, t0: float) -> None:
         binds: dict[str, list[Bind]] = {}

@@ -190,7 +190,8 @@ async def test_guaranteed_gang_preempts_elastic_job_after_its_grace(
         now = dt.datetime.now(dt.UTC)
         assert now >= dt.datetime.fromisoformat(deadline.replace("Z", "+00:00"))  # only after the deadline
         left = (await core.list_namespaced_pod(compute_ns, label_selector="kubeferry.io/pod-group=el")).items
-        assert all(p.metadata.deletion_timestamp or not p.spec.node_name for p in left)
+        assert all(p.metadata.deletion_timestamp or not p.spec.node_name for p in left), \
+            [(p.metadata.name, p.spec.node_name, p.metadata.deletion_timestamp) for p in left]
         events = (await core.list_namespaced_event(compute_ns, field_selector="involvedObject.name=el-0")).items
         assert {"Preempting", "Preempted"} <= {e.reason for e in events}
     finally:
