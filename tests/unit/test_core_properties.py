@@ -149,6 +149,14 @@ def _check_victim_rule(s: Scheduler, notice: NotifyWillEvict,
         assert vtier < ptier and pq.rights.preempt_own_elastic
     elif not (pq.rights.privileged and vtier < ptier):
         assert pq.rights.reclaim
+        # Own-queue preemption (a guaranteed job replacing its queue's elastic one, maybe later in the
+        # same cycle) is the queue's own business: only what other queues take must be borrowed capacity.
         doomed = sum(j.gpu_allocated() for j in c.jobs.values()
-                     if j.queue == vq and j.phase is JobPhase.WILL_EVICT)
+                     if j.queue == vq and j.phase is JobPhase.WILL_EVICT
+                     and _queue_of(c, j.will_evict_by) != vq)
         assert c.queues[vq].allocated_gpu - doomed >= c.queues[vq].guaranteed_gpu
+
+
+def _queue_of(c: Cluster, job: str | None) -> str | None:
+    found = c.jobs.get(job) if job is not None else None
+    return found.queue if found is not None else None
