@@ -27,10 +27,7 @@ from ferry.kube.informer import Informer, Obj, key_of
 from scheduler.core.decisions import Bind, CancelEviction, CycleResult, Evict, JobStatus, NotifyWillEvict, Shrink
 from scheduler.core.scheduler import Scheduler, SchedulerConfig
 from scheduler.service import metrics
-from scheduler.service.snapshot import (
-    Snapshot,
-    build,
-)
+from scheduler.service.snapshot import ShapeCache, Snapshot, build
 
 GROUP, VERSION = "scheduling.kubeferry.io", "v1alpha1"
 log = structlog.get_logger("ferry.scheduler")
@@ -56,9 +53,10 @@ class SchedulerService:
         self.core_api = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.wake = asyncio.Event()
+        self._pod_seen: dict[str, tuple[Any, ...]] = {}  # what a cycle reads of each pod, last seen
         poke = self._poke
         self.nodes = Informer("nodes", self.core_api.list_node, poke)
-        self.pods = Informer("pods", self.core_api.list_pod_for_all_namespaces, poke)
+        self.pods = Informer("pods", self.core_api.list_pod_for_all_namespaces, self._pod_changed)
         self.groups = Informer("podgroups", partial(self.custom.list_cluster_custom_object, GROUP, VERSION,
                                                     "podgroups"), poke)
         self.queues = Informer("queues", partial(self.custom.list_cluster_custom_object, GROUP, VERSION, "queues"),
@@ -70,11 +68,34 @@ class SchedulerService:
         self._sem = asyncio.Semaphore(self.config.write_concurrency)
         self.cycles = 0
         self._previous: Scheduler | None = None  # last cycle's core, whose decisions in flight carry over
+        self._shapes = ShapeCache()
+        self._binder: asyncio.TaskGroup | None = None  # where bindings run while the service runs
         self.leading = asyncio.Event()
         self.leading.set()
 
     def _poke(self, _kind: str, _obj: Obj) -> None:
         self.wake.set()
+
+    def _pod_changed(self, kind: str, obj: Obj) -> None:
+        """Wake the loop only for what a cycle reads. A pod's status changes (Pending → Running,
+        conditions) several times in its life and each cycle costs in proportion to the whole cluster;
+        a change missed here waits at most one period."""
+        key = key_of(obj)
+        if kind == "DELETED":
+            self._pod_seen.pop(key, None)
+            self.wake.set()
+            return
+        meta, spec = obj.get("metadata", {}), obj.get("spec", {})
+        seen = (spec.get("nodeName"), obj.get("status", {}).get("phase") in ("Succeeded", "Failed"),
+                meta.get("deletionTimestamp") is not None, meta.get("generation"), meta.get("labels"),
+                meta.get("annotations"))
+        before = self._pod_seen.get(key)
+        self._pod_seen[key] = seen
+        assumed = self.assumed.get(key)
+        ours = (assumed is not None and before is not None and seen[0] == assumed[0]
+                and seen[1:] == before[1:])  # only our own binding arriving: nothing new to decide
+        if before != seen and not ours:
+            self.wake.set()
 
     async def synced(self) -> None:
         await asyncio.gather(*(i.synced.wait() for i in self.informers))
@@ -84,6 +105,7 @@ class SchedulerService:
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tg:
+            self._binder = tg
             for inf in self.informers:
                 tg.create_task(inf.run())
             await self.synced()
@@ -121,7 +143,8 @@ class SchedulerService:
 
     async def cycle_once(self) -> CycleResult:
         t0 = time.monotonic()
-        snap = build(self.nodes.store, self._view(), self.groups.store, self.queues.store, time.time())
+        snap = build(self.nodes.store, self._view(), self.groups.store, self.queues.store, time.time(),
+                     self._shapes)
         sched = Scheduler(snap.cluster, self.config.core)
         if self._previous is not None:
             sched.carry_over(self._previous)
@@ -187,7 +210,15 @@ class SchedulerService:
         for d in result.decisions:
             if isinstance(d, Bind):
                 binds.setdefault(d.job, []).append(d)
-        writes: list[Awaitable[Any]] = [self._bind_job(snap, job, ds, t0) for job, ds in binds.items()]
+        writes: list[Awaitable[Any]] = []
+        for job, ds in binds.items():
+            # Assumed now, bound in the background: the next cycle need not wait for the API server
+            # (kube-scheduler's binding cycle), and cannot place the same pod or GPU twice.
+            bind = self._bind_job(job, self._assume(snap, job, ds), t0)
+            if self._binder is not None:
+                self._binder.create_task(bind)
+            else:
+                writes.append(bind)
         for d in result.decisions:
             if isinstance(d, JobStatus) and d.phase == "Privileged":  # waiting for its victims to leave
                 writes.append(self._job_status(snap, d.job, d.phase, "Scheduled", "False", "Preempting", d.reason))
@@ -215,15 +246,24 @@ class SchedulerService:
         if writes:
             await asyncio.gather(*writes)
 
-    async def _bind_job(self, snap: Snapshot, job: str, decisions: list[Bind], t0: float) -> None:
+    def _assume(self, snap: Snapshot, job: str, decisions: list[Bind]) -> list[tuple[Obj, Bind]]:
         pods = snap.pods_of[job]
         targets = [(pods[(d.task, d.index)], d) for d in decisions if (d.task, d.index) in pods]
         for pod, d in targets:
             self.assumed[key_of(pod)] = (d.node, d.devices, time.monotonic())
-        results = await asyncio.gather(*(self._bind(pod, d) for pod, d in targets))
-        for (pod, _), ok in zip(targets, results, strict=True):
-            if not ok:
-                self.assumed.pop(key_of(pod), None)
+        return targets
+
+    async def _bind_job(self, job: str, targets: list[tuple[Obj, Bind]], t0: float) -> None:
+        results: list[bool] = [False] * len(targets)
+        try:
+            results = list(await asyncio.gather(*(self._bind(pod, d) for pod, d in targets)))
+        except Exception:  # a connection error: the next cycle decides again
+            log.exception("binding failed", job=job)
+        finally:
+            for (pod, _), ok in zip(targets, results, strict=True):
+                if not ok:
+                    self.assumed.pop(key_of(pod), None)
+                    self.wake.set()
         metrics.ATTEMPTS.labels("scheduled" if all(results) else "error").inc()
         metrics.ATTEMPT_SECONDS.observe(time.monotonic() - t0)
         self._said.pop(job, None)

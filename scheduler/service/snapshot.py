@@ -155,7 +155,7 @@ def build_queue(obj: Obj) -> Queue:
 
 
 def build(nodes: dict[str, Obj], pods: dict[str, Obj], groups: dict[str, Obj], queues: dict[str, Obj],
-          now: float) -> Snapshot:
+          now: float, cache: ShapeCache | None = None) -> Snapshot:
     cluster_nodes = {}
     for obj in nodes.values():
         node = build_node(obj)
@@ -183,13 +183,15 @@ def build(nodes: dict[str, Obj], pods: dict[str, Obj], groups: dict[str, Obj], q
         job_key = f"{meta['namespace']}/{group}" if group else f"{meta['namespace']}/pod/{meta['name']}"
         members[job_key].append(pod)
 
+    cache = cache if cache is not None else ShapeCache()
+    cache.keep_only(set(members))
     for job_name, job_pods in members.items():
         ns = job_pods[0]["metadata"]["namespace"]
         group_name = job_pods[0]["metadata"].get("labels", {}).get(POD_GROUP_LABEL)
         group = groups.get(f"{ns}/{group_name}") if group_name else None
         snap.group_of[job_name] = group
         try:
-            job, by_replica = _job(job_name, job_pods, group, ns_queue, cluster_queues)
+            job, by_replica = _job(job_name, job_pods, group, ns_queue, cluster_queues, cache)
         except BadSpec as exc:
             snap.problems[job_name] = str(exc)
             snap.pods_of[job_name] = {(p["metadata"]["name"], 0): p for p in job_pods}
@@ -221,19 +223,79 @@ def _charge_foreign(node: Node, pod: Obj) -> None:
         d.free = 0
 
 
+@dataclass(frozen=True)
+class JobShape:
+    """Everything a job's pods and PodGroup say about it."""
+
+    queue: str
+    tasks: tuple[tuple[str, int, Request, int | None], ...]
+    replicas: tuple[tuple[str, int, str | None, tuple[int, ...]], ...]
+    by_replica: dict[tuple[str, int], Obj]
+    submit_time: float
+    tier: Tier
+    priority: int
+    min_member: int | None
+    elastic_max: int | None
+    main_task: str | None
+    will_evict_at: str | None
+    will_evict_by: str | None
+
+
+@dataclass
+class ShapeCache:
+    """Job shapes (or why a job's spec is bad) kept between cycles while none of the job's pods, its
+    PodGroup or its namespace's queue changed: an informer replaces an object on each update, so
+    identity means unchanged. Deriving them for every running job dominated a cycle's snapshot."""
+
+    entries: dict[str, tuple[tuple[Obj, ...], Obj | None, str | None, JobShape | str]] = field(default_factory=dict)
+
+    def shape(self, name: str, pods: list[Obj], group: Obj | None, ns_queue: dict[str, str]) -> JobShape:
+        nsq = ns_queue.get(pods[0]["metadata"]["namespace"])
+        hit = self.entries.get(name)
+        if (hit is not None and hit[1] is group and hit[2] == nsq and len(hit[0]) == len(pods)
+                and all(a is b for a, b in zip(hit[0], pods, strict=True))):
+            found = hit[3]
+        else:
+            try:
+                found = _shape(pods, group, nsq)
+            except BadSpec as exc:
+                found = str(exc)
+            self.entries[name] = (tuple(pods), group, nsq, found)
+        if isinstance(found, str):
+            raise BadSpec(found)
+        return found
+
+    def keep_only(self, names: set[str]) -> None:
+        for name in [n for n in self.entries if n not in names]:
+            del self.entries[name]
+
+
 def _job(name: str, pods: list[Obj], group: Obj | None, ns_queue: dict[str, str],
-         queues: dict[str, Queue]) -> tuple[Job, dict[tuple[str, int], Obj]]:
-    ns = pods[0]["metadata"]["namespace"]
+         queues: dict[str, Queue], cache: ShapeCache) -> tuple[Job, dict[tuple[str, int], Obj]]:
+    shape = cache.shape(name, pods, group, ns_queue)
+    if shape.queue not in queues:
+        raise BadSpec(f"queue {shape.queue!r} does not exist")
+    job = Job(name, shape.queue, [Task(t, n, req, min_available=m) for t, n, req, m in shape.tasks],
+              submit_time=shape.submit_time, tier=shape.tier, priority=shape.priority, min_member=shape.min_member,
+              replicas=[Replica(t, i, ReplicaPhase.BOUND if node else ReplicaPhase.PENDING, node, devices)
+                        for t, i, node, devices in shape.replicas],
+              elastic_max=shape.elastic_max, main_task=shape.main_task)
+    if shape.will_evict_at and job.bound():
+        job.phase = JobPhase.WILL_EVICT
+        job.will_evict_deadline = _ts(shape.will_evict_at)
+        job.will_evict_by = shape.will_evict_by
+    return job, shape.by_replica
+
+
+def _shape(pods: list[Obj], group: Obj | None, namespace_queue: str | None) -> JobShape:
     gspec = (group or {}).get("spec", {})
     queue = (gspec.get("queue") or pods[0]["metadata"].get("annotations", {}).get(QUEUE_ANNOTATION)
-             or ns_queue.get(ns) or DEFAULT_QUEUE)
-    if queue not in queues:
-        raise BadSpec(f"queue {queue!r} does not exist")
+             or namespace_queue or DEFAULT_QUEUE)
     by_task: dict[str, list[Obj]] = defaultdict(list)
     for p in sorted(pods, key=lambda p: p["metadata"]["name"]):
         by_task[p["metadata"].get("labels", {}).get(TASK_LABEL, "worker")].append(p)
-    tasks: list[Task] = []
-    replicas: list[Replica] = []
+    tasks: list[tuple[str, int, Request, int | None]] = []
+    replicas: list[tuple[str, int, str | None, tuple[int, ...]]] = []
     by_replica: dict[tuple[str, int], Obj] = {}
     min_task = gspec.get("minTaskMember", {}) or {}
     for task, task_pods in by_task.items():
@@ -242,27 +304,24 @@ def _job(name: str, pods: list[Obj], group: Obj | None, ns_queue: dict[str, str]
             raise BadSpec(f"pods of task {task!r} ask for different resources; give each role its own "
                           f"{TASK_LABEL} label")
         (req,) = requests
-        tasks.append(Task(task, len(task_pods), req, min_available=min_task.get(task)))
+        tasks.append((task, len(task_pods), req, min_task.get(task)))
         for i, p in enumerate(task_pods):
             by_replica[(task, i)] = p
-            node = p.get("spec", {}).get("nodeName")
-            recorded = (p["metadata"].get("annotations") or {}).get(DEVICES_ANNOTATION)  # per pod per cycle: keep cheap
+            recorded = (p["metadata"].get("annotations") or {}).get(DEVICES_ANNOTATION)
             devices = tuple(int(d) for d in recorded.split(",") if d.strip().isdigit()) if recorded else ()
-            replicas.append(Replica(task, i, ReplicaPhase.BOUND if node else ReplicaPhase.PENDING, node, devices))
+            replicas.append((task, i, p.get("spec", {}).get("nodeName"), devices))
     created = min((p["metadata"].get("creationTimestamp", "") for p in pods), default="")
-    tier = Tier.ELASTIC if gspec.get("tier") == "Elastic" else Tier.GUARANTEED
-    job = Job(name, queue, tasks, submit_time=_ts(created), tier=tier, priority=int(gspec.get("priority", 0)),
-              min_member=gspec.get("minMember") if group else None, replicas=replicas,
-              elastic_max=(gspec.get("elastic") or {}).get("max"), main_task=gspec.get("mainTask"))
-    notices = [p["metadata"].get("annotations", {}).get(WILL_EVICT_AT) for p in pods
-               if p.get("spec", {}).get("nodeName")]
-    notice = next((n for n in notices if n), None)
-    if notice and job.bound():
-        job.phase = JobPhase.WILL_EVICT
-        job.will_evict_deadline = _ts(notice)
-        job.will_evict_by = next((p["metadata"].get("annotations", {}).get(WILL_EVICT_BY) for p in pods
-                                  if p["metadata"].get("annotations", {}).get(WILL_EVICT_BY)), None)
-    return job, by_replica
+    bound = [p["metadata"].get("annotations", {}) for p in pods if p.get("spec", {}).get("nodeName")]
+    return JobShape(
+        queue=queue, tasks=tuple(tasks),
+        replicas=tuple(replicas), by_replica=by_replica, submit_time=_ts(created),
+        tier=Tier.ELASTIC if gspec.get("tier") == "Elastic" else Tier.GUARANTEED,
+        priority=int(gspec.get("priority", 0)), min_member=gspec.get("minMember") if group else None,
+        elastic_max=(gspec.get("elastic") or {}).get("max"), main_task=gspec.get("mainTask"),
+        will_evict_at=next((a[WILL_EVICT_AT] for a in bound if a.get(WILL_EVICT_AT)), None),
+        will_evict_by=next((a[WILL_EVICT_BY] for p in pods
+                            if (a := p["metadata"].get("annotations", {})).get(WILL_EVICT_BY)), None),
+    )
 
 
 def _ts(text: str) -> float:
