@@ -57,7 +57,8 @@ def ferry_scheduler(planes: ControlPlanes) -> Iterator[Component]:
 @pytest.fixture(scope="session")
 def vnodes(planes: ControlPlanes, ferry_scheduler: Component) -> Iterator[dict[str, Component]]:
     """One vnode per tenant cluster, started once for the session (tests may kill and restart them)."""
-    comps = {t: planes.add_vnode(t, extra=("--heartbeat=5",)) for t in planes.tenant_names}
+    comps = {t: planes.add_vnode(t, extra=("--heartbeat=5", "--gc-interval=2", "--gc-min-age=10"))
+             for t in planes.tenant_names}
     for c in comps.values():
         c.start()
     for c in comps.values():

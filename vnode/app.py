@@ -30,7 +30,6 @@ from vnode.translate import needs_of
 
 Obj = dict[str, Any]
 log = structlog.get_logger("ferry.vnode")
-SWEEP_S = 30.0
 RESYNC_S = 120.0
 
 
@@ -154,11 +153,11 @@ class Vnode:
             if loop.time() - last_resync > RESYNC_S:
                 self.pods.enqueue_all()
                 last_resync = loop.time()
-            if loop.time() - last_sweep < SWEEP_S:
+            if loop.time() - last_sweep < self.cfg.gc_interval_s:
                 continue
             last_sweep = loop.time()
             try:
-                await self.pods.copies.sweep()
+                await self.pods.copies.sweep(self.cfg.gc_min_age_s)
                 for group in self.pods.gangs.stale_groups():
                     await self.compute.delete(f"/apis/scheduling.kubeferry.io/v1alpha1/namespaces/"
                                               f"{self.b.namespace}/podgroups/{group['metadata']['name']}")

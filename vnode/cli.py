@@ -34,6 +34,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--max-pods", type=int, default=10000)
     p.add_argument("--workers", type=int, default=16)
     p.add_argument("--heartbeat", type=float, default=10.0, help="seconds between Lease renewals")
+    p.add_argument("--gc-interval", type=float, default=30.0,
+                   help="seconds between sweeps for copied ConfigMaps/Secrets/Services no pod uses any more")
+    p.add_argument("--gc-min-age", type=float, default=60.0,
+                   help="an unused copy younger than this many seconds is kept (its pod may be on its way)")
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=run)
 
@@ -54,10 +58,12 @@ def run(args: argparse.Namespace) -> int:
             kubelet_port=args.kubelet_port, serving_cert=args.serving_cert, serving_key=args.serving_key,
             client_ca=args.client_ca, metrics_address=args.metrics_address, metrics_port=args.metrics_port,
             max_pods=args.max_pods, workers=args.workers, heartbeat_s=args.heartbeat,
+            gc_interval_s=args.gc_interval, gc_min_age_s=args.gc_min_age,
         )
     except ValidationError as exc:
         err = exc.errors()[0]
-        print(f"ferry vnode: error: --{'-'.join(str(x) for x in err['loc']).replace('_', '-')}: {err['msg']}",
+        print(f"ferry vnode: error: --{'-'.join(str(x) for x in err['loc']).removesuffix('_s').replace('_', '-')}: "
+              f"{err['msg']}",
               file=sys.stderr)
         return 2
     with contextlib.suppress(KeyboardInterrupt):

@@ -31,6 +31,8 @@ class VnodeConfig(BaseModel):
     max_pods: int = Field(10000, ge=1)
     workers: int = Field(16, ge=1, le=256)
     heartbeat_s: float = Field(10.0, gt=0)
+    gc_interval_s: float = Field(30.0, gt=0)  # between sweeps for unused copies
+    gc_min_age_s: float = Field(60.0, ge=5)  # a younger unused copy may be for a pod being created
 
     @field_validator("tenant_kubeconfig", "compute_kubeconfig")
     @classmethod

@@ -23,7 +23,6 @@ Obj = dict[str, Any]
 DIGEST_ANNOTATION = PREFIX + "content-digest"
 TOKEN_EXPIRES = PREFIX + "token-expires"
 TOKEN_ISSUED = PREFIX + "token-issued"
-GC_AGE_S = 60.0  # an unreferenced copy younger than this may belong to a pod being created
 log = structlog.get_logger("ferry.vnode.copies")
 
 
@@ -157,8 +156,9 @@ class Copies:
             self.caches.compute_secrets.remember(await self.compute.put(f"{url}/{name}", body), replaces=have)
         return 0.8 * (expires - now)
 
-    async def sweep(self) -> int:
-        """Delete owned copies that no owned compute pod references any more (only after caches synced)."""
+    async def sweep(self, min_age_s: float) -> int:
+        """Delete owned copies that no owned compute pod references any more (only after caches synced)
+        and that are older than ``min_age_s`` (copies are made before their pod)."""
         used: dict[str, set[str]] = {"configmaps": set(), "secrets": set(), "services": set()}
         for pod in self.caches.compute_pods.store.values():
             needs = needs_of(pod)
@@ -174,7 +174,7 @@ class Copies:
             for obj in list(cache.values()):
                 meta = obj["metadata"]
                 if meta["name"] in used[plural] or now - _ts(meta.get("creationTimestamp") or
-                                                             "1970-01-01T00:00:00Z") < GC_AGE_S:
+                                                             "1970-01-01T00:00:00Z") < min_age_s:
                     continue
                 try:
                     await self.compute.delete(path("", "v1", plural, self.b.namespace, meta["name"]))

@@ -124,6 +124,34 @@ async def test_configmap_update_propagates(tenant_api: client.ApiClient, compute
     await eventually(lambda: copied("2"), what="ConfigMap update propagated")
 
 
+async def test_copies_no_pod_uses_are_collected_and_shared_ones_kept(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """The session's vnodes sweep every 2 s and keep unused copies younger than 10 s."""
+    core, ccore = client.CoreV1Api(tenant_api), client.CoreV1Api(compute_api)
+    for name in ("shared", "own"):
+        await core.create_namespaced_config_map(tenant_ns, {"metadata": {"name": name}, "data": {"k": name}})
+    for pod, refs in (("keeper", ["shared"]), ("leaver", ["shared", "own"])):
+        body = tenant_pod(pod, automountServiceAccountToken=False)
+        body["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": r}} for r in refs]
+        await core.create_namespaced_pod(tenant_ns, body)
+    copies = {name: naming.compute_name("tenant-1", tenant_ns, name) for name in ("shared", "own")}
+
+    async def present() -> set[str]:
+        names = {cm.metadata.name for cm in (await ccore.list_namespaced_config_map("tenant-1")).items}
+        return {k for k, v in copies.items() if v in names}
+
+    await eventually(lambda: _with_phase(core, tenant_ns, "leaver", "Running"), what="leaver Running")
+    await eventually(lambda: _with_phase(core, tenant_ns, "keeper", "Running"), what="keeper Running")
+    assert await present() == {"shared", "own"}
+    await core.delete_namespaced_pod("leaver", tenant_ns, grace_period_seconds=0)
+
+    async def collected() -> bool:
+        return await present() == {"shared"}
+
+    await eventually(collected, timeout=40, what="the copy only the deleted pod used collected")
+    assert (await core.read_namespaced_pod("keeper", tenant_ns)).status.phase == "Running"
+
+
 async def test_identical_names_in_two_tenants_never_collide_and_credentials_are_scoped(
         planes: ControlPlanes, compute_api: client.ApiClient) -> None:
     ns = f"shared-{uuid.uuid4().hex[:6]}"
