@@ -94,6 +94,7 @@ class Scheduler:
         self._victims: dict[str, dict[str, None]] = defaultdict(dict)
         self._outside: CycleResult = CycleResult()  # decisions taken between cycles, reported by the next
         self._claims: dict[str, int] = {}
+        self._doomed: dict[str, int] = {}  # queue -> GPU milli of its jobs already told to leave
         self._never: dict[Request, str | None] = {}  # per cycle: why a request fits no node at all
         for job in cluster.jobs.values():
             self._adopt(job)
@@ -611,8 +612,10 @@ class Scheduler:
             return None
         if pq.rights.privileged and victim.tier < preemptor.tier and self.config.preempt:
             return "privileged"
+        # what the victim's queue keeps: its jobs already told to leave (for other preemptors) are gone
+        leaving = self._doomed.get(vq.name, 0) + victim.gpu_allocated()
         if not (self.config.reclaim and pq.rights.reclaim
-                and vq.allocated_gpu - victim.gpu_allocated() >= vq.guaranteed_gpu):  # only borrowed capacity
+                and vq.allocated_gpu - leaving >= vq.guaranteed_gpu):  # only borrowed capacity
             return None
         # what the preemptor's queue will hold: running jobs, preemptors already waiting for victims, and this job
         claim = self._claims.get(pq.name, 0) + preemptor.gpu_demand()
@@ -621,7 +624,7 @@ class Scheduler:
         # Fair borrowing: idle capacity is shared among borrowers by weight. A borrower may take from
         # one that, even after losing the victim, borrows more (weighted) than it will. The inequality
         # cannot hold both ways, so this never loops.
-        if self._borrowed(pq, claim) < self._borrowed(vq, -victim.gpu_allocated()):
+        if self._borrowed(pq, claim) < self._borrowed(vq, -leaving):
             return "fair-share"
         if self._overtook_starving(preemptor, victim, now):
             return "starvation"
@@ -653,11 +656,22 @@ class Scheduler:
         within = pq.allocated_gpu + claim <= pq.guaranteed_gpu
         starving = self._starving(job, now)
         for q in self.cluster.queues.values():
-            if q.name == pq.name or (q.allocated_gpu <= q.guaranteed_gpu and not pq.rights.privileged):
+            kept = -self._doomed.get(q.name, 0)
+            if q.name == pq.name or (q.allocated_gpu + kept <= q.guaranteed_gpu and not pq.rights.privileged):
                 continue
             if pq.rights.privileged or (may_reclaim and (within or starving
-                                                         or self._borrowed(pq, claim) < self._borrowed(q, 0))):
+                                                         or self._borrowed(pq, claim) < self._borrowed(q, kept))):
                 out.append(q.name)
+        return out
+
+    def _compute_doomed(self) -> dict[str, int]:
+        """GPU milli of each queue's jobs in WillEvict: a queue's guarantee must survive their leaving too."""
+        out: dict[str, int] = defaultdict(int)
+        for victims in self._victims.values():
+            for name in victims:
+                job = self.cluster.jobs.get(name)
+                if job is not None and job.phase is JobPhase.WILL_EVICT:
+                    out[job.queue] += job.gpu_allocated()
         return out
 
     def _compute_claims(self) -> dict[str, int]:
@@ -703,7 +717,7 @@ class Scheduler:
                 continue
             if now < job.preempt_retry_at:
                 continue
-            self._claims = self._compute_claims()
+            self._claims, self._doomed = self._compute_claims(), self._compute_doomed()
             pool = [v for q in self._victim_queues(job, now) for v in running.get(q, ())
                     if self._victim_ok(job, v, now)]
             if not pool:
