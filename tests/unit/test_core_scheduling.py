@@ -152,6 +152,23 @@ def test_reclaim_never_takes_a_queue_below_its_guarantee() -> None:
     assert c.jobs["a-gang"].phase is JobPhase.RUNNING
 
 
+def test_reclaim_counts_what_a_queue_is_already_losing() -> None:
+    c = cluster([node(f"n{i}", 8) for i in range(4)], [queue("a", 0), queue("b", 1)])
+    s = scheduler(c)
+    s.submit(gang("b-elastic", "b", 3, 8, tier=Tier.ELASTIC))
+    s.submit(gang("b-job", "b", 1, 8))
+    s.cycle(0)
+    s.submit(gang("a1", "a", 1, 1, submit=1))
+    s.submit(gang("a2", "a", 1, 1, submit=2))
+    # a1 takes b's elastic job (fair share: b borrows 31 GPUs, a none); a2 alone could take b-job,
+    # but with b-elastic leaving that would leave b below its guarantee of one GPU.
+    for now in (1, 2, 3):
+        notices = s.cycle(now).of(NotifyWillEvict)
+        assert all(isinstance(d, NotifyWillEvict) and d.job == "b-elastic" for d in notices)
+    assert c.jobs["b-elastic"].phase is JobPhase.WILL_EVICT
+    assert c.jobs["b-job"].phase is JobPhase.RUNNING
+
+
 def test_guaranteed_job_preempts_own_elastic_job_after_grace() -> None:
     c = cluster([node("n1", 2)], [queue("a", 2, grace=10)])
     s = scheduler(c)
