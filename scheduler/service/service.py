@@ -4,6 +4,8 @@ Each cycle snapshots the caches (with this replica's in-flight bindings assumed,
 placed twice), runs one core cycle and writes its decisions: bindings (GPU devices recorded on the
 pod first), pending reasons as Events and PodGroup conditions, PodGroup phases. Writes for one job
 run concurrently, bounded across jobs by a semaphore; the API server, not the core, is the limit.
+Bindings run in the background once assumed, so a cycle never waits for them; a cycle runs when
+something it reads changed (not on every pod status update), or after at most one period.
 """
 
 from __future__ import annotations
