@@ -25,7 +25,8 @@ from vnode.translate import Bridge, PodSecurity, compute_pod, refusal
 
 Obj = dict[str, Any]
 log = structlog.get_logger("ferry.vnode.pods")
-SETTLE_S = 3.0  # how long a fresh compute pod may stay Pending before that is written upstream
+SETTLE_S = 3.0  # how long a fresh compute pod may wait for the scheduler before Pending is written upstream
+SETTLE_BOUND_S = 10.0  # ... and, once bound to a node, for its containers to start
 
 
 class PodReconciler:
@@ -45,7 +46,8 @@ class PodReconciler:
         self.last_compute: dict[str, Obj] = {}  # tenant key -> last compute pod seen (for preemption)
         self.created = 0  # compute pods this process created (progress log)
         self.status_writes = 0
-        self.created_at: dict[str, float] = {}  # tenant key -> when this process created its compute pod
+        # tenant key -> (tenant UID, when) this process created its compute pod, until Forwarded is written
+        self.created_at: dict[str, tuple[str, float]] = {}
 
     # ------------------------------------------------------------------ keys
     def compute_key(self, ns: str, name: str) -> str:
@@ -118,8 +120,8 @@ class PodReconciler:
             if cp is not None and not status.terminal(cp) and not cp["metadata"].get("deletionTimestamp"):
                 await self._delete_compute(cp, "tenant-terminal")
             return
-        if cp is None and status.forwarded(tp):
-            await self._lost(key, tp)
+        if cp is None and (status.forwarded(tp) or self.created_at.get(key, ("",))[0] == uid):
+            await self._lost(key, tp)  # forwarded (perhaps not yet marked so): never re-created silently
             return
         if cp is None:
             await self._create(key, tp)
@@ -163,7 +165,7 @@ class PodReconciler:
         # Remember it now: the watch may deliver it after the next reconcile of this key.
         self.caches.compute_pods.remember(created)
         self.last_compute[key] = _slim(created)
-        self.created_at[key] = time.monotonic()
+        self.created_at[key] = (tp["metadata"]["uid"], time.monotonic())
         if refresh is not None:
             self.queue.add_after(key, max(refresh, 1.0))
         # No status write yet: the compute pod's first change (bound, Running) is mirrored with the
@@ -172,7 +174,8 @@ class PodReconciler:
     async def _mirror(self, key: str, tp: Obj, cp: Obj) -> None:
         created = self.created_at.get(key)
         if created is not None and cp.get("status", {}).get("phase", "Pending") == "Pending":
-            wait = created + SETTLE_S - time.monotonic()
+            settle = SETTLE_BOUND_S if cp.get("spec", {}).get("nodeName") else SETTLE_S
+            wait = created[1] + settle - time.monotonic()
             if wait > 0:  # usually Running within a moment: write once, not Pending then Running
                 self.queue.add_after(key, wait)
                 return
@@ -207,6 +210,7 @@ class PodReconciler:
         else:
             await self._fail(tp, "ComputePodLost", "the pod's copy in the compute cluster was deleted")
         self.last_compute.pop(key, None)
+        self.created_at.pop(key, None)
 
     async def _fail(self, tp: Obj, reason: str, message: str, disruption: bool = False) -> None:
         meta = tp["metadata"]

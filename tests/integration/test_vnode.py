@@ -477,6 +477,22 @@ async def test_a_compute_pod_deleted_behind_the_bridge_fails_the_tenant_pod(
     assert await compute_pod_of(compute_api, "tenant-1", uid) is None, "never silently re-created"
 
 
+async def test_a_compute_pod_deleted_before_its_first_status_fails_the_tenant_pod(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """No node holds 64 GPUs: the compute pod waits unbound, and upstream nothing is written for the
+    first seconds (one write, not Pending then Running). Deleted in that window, it is still lost."""
+    core = client.CoreV1Api(tenant_api)
+    created = await core.create_namespaced_pod(tenant_ns, tenant_pod("early", gpus=64,
+                                                                     automountServiceAccountToken=False))
+    uid = created.metadata.uid
+    cpod = await eventually(lambda: compute_pod_of(compute_api, "tenant-1", uid), timeout=30, interval=0.05,
+                            what="compute pod created")
+    await client.CoreV1Api(compute_api).delete_namespaced_pod(cpod.metadata.name, "tenant-1", grace_period_seconds=0)
+    failed = await eventually(lambda: _with_phase(core, tenant_ns, "early", "Failed"), what="tenant pod Failed")
+    assert failed.status.reason == "ComputePodLost"
+    assert await compute_pod_of(compute_api, "tenant-1", uid) is None, "never silently re-created"
+
+
 async def test_kubelet_api_authenticates_and_authorises_callers(planes: ControlPlanes, tenant_api: client.ApiClient,
                                                                  tenant_ns: str) -> None:
     import ssl
