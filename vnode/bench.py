@@ -146,19 +146,27 @@ async def run_bench(planes: ControlPlanes, n1: int, rate: int, seconds: int, tot
     await asyncio.gather(w.tenant.synced.wait(), w.compute.synced.wait())
     vnode = planes.components["tenant-1-vnode"]
 
+    async def backlog(prefix: str) -> float:
+        """``n1`` pods bound to the virtual node while its vnode is stopped, then the vnode starts."""
+        vnode.stop()
+        await create(tenant, ns, [f"{prefix}-{i:05d}" for i in range(n1)], bound=True)
+        vnode.start()
+        return time.monotonic()
+
+    def forwarded(prefix: str) -> tuple[float, float]:
+        """When the first of them reached the compute cluster, and pods/s from the first to the last."""
+        fwd = sorted(t for k, t in w.forwarded.items() if k.startswith(prefix))
+        return fwd[0], n1 / max(fwd[-1] - fwd[0], 1e-9)
+
     # 1a. forwarding alone: the compute scheduler paused, so the vnode shares the machine only with the
     # apiservers (on a real installation the compute cluster's scheduler and nodes run elsewhere)
     scheduler = planes.components["kube-ferry-scheduler"]
-    vnode.stop()
     scheduler.stop()
-    await create(tenant, ns, [f"fwd-{i:05d}" for i in range(n1)], bound=True)
-    say(f"forwarding: {n1} pods bound to {NODE} while its vnode was stopped; starting it, compute scheduler paused")
-    t_start = time.monotonic()
-    vnode.start()
+    say(f"forwarding: {n1} pods bound to {NODE} while its vnode is stopped; it starts, compute scheduler paused")
+    t_start = await backlog("fwd")
     await w.until("pods forwarded", lambda: sum(k.startswith("fwd-") for k in w.forwarded) >= n1, 600)
-    fwd = sorted(t for k, t in w.forwarded.items() if k.startswith("fwd-"))
-    alone_rate = n1 / max(fwd[-1] - fwd[0], 1e-9)
-    say(f"  vnode start → first compute pod {fwd[0] - t_start:.1f} s; forwarded {alone_rate:.0f} pods/s")
+    first, alone_rate = forwarded("fwd-")
+    say(f"  vnode start → first compute pod {first - t_start:.1f} s; forwarded {alone_rate:.0f} pods/s")
     t_resume = time.monotonic()
     scheduler.start()
     await w.until("forwarded pods Running", lambda: sum(k.startswith("fwd-") for k in w.running) >= n1, 600)
@@ -166,17 +174,12 @@ async def run_bench(planes: ControlPlanes, n1: int, rate: int, seconds: int, tot
     say(f"  scheduler resumed: all bound, Running and mirrored upstream at {n1 / (last - t_resume):.0f} pods/s")
 
     # 1b. the same with everything running at once
-    vnode.stop()
-    await create(tenant, ns, [f"thr-{i:05d}" for i in range(n1)], bound=True)
-    say(f"throughput: {n1} more pods while the vnode was stopped; starting it, everything running")
-    t_start = time.monotonic()
-    vnode.start()
+    say(f"throughput: {n1} more pods while the vnode is stopped; it starts, everything running")
+    t_start = await backlog("thr")
     await w.until("throughput pods Running", lambda: sum(k.startswith("thr-") for k in w.running) >= n1, 600)
-    fwd = sorted(t for k, t in w.forwarded.items() if k.startswith("thr-"))
-    run_last = max(t for k, t in w.running.items() if k.startswith("thr-"))
-    fwd_rate = n1 / max(fwd[-1] - fwd[0], 1e-9)
-    run_rate = n1 / max(run_last - fwd[0], 1e-9)
-    say(f"  vnode start → first compute pod {fwd[0] - t_start:.1f} s; forwarded {fwd_rate:.0f} pods/s; "
+    first, fwd_rate = forwarded("thr-")
+    run_rate = n1 / max(max(t for k, t in w.running.items() if k.startswith("thr-")) - first, 1e-9)
+    say(f"  vnode start → first compute pod {first - t_start:.1f} s; forwarded {fwd_rate:.0f} pods/s; "
         f"all Running upstream at {run_rate:.0f} pods/s (round trip incl. the compute scheduler)")
 
     # 2. latency at a steady 50 pods/s through the tenant's kube-scheduler
