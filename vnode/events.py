@@ -28,15 +28,8 @@ class Recorder:
         message) bumps its count (best effort: an event never blocks the work it reports)."""
         name, body = self._event(obj, etype, reason, message, key or reason + message, 1)
         url = path("", "v1", "events", body["metadata"]["namespace"])
-        if await self._create(url, body, reason):
-            return
-        try:
-            old = await self.rest.get(f"{url}/{name}")
-            await self.rest.patch(f"{url}/{name}", {"count": int(old.get("count") or 1) + 1,
-                                                    "lastTimestamp": body["lastTimestamp"],
-                                                    "message": body["message"]})
-        except Exception as exc:
-            log.warning("event not updated", reason=reason, error=str(exc)[:200])
+        if not await self._create(url, body, reason):
+            await self._update(f"{url}/{name}", body, reason, count=None)
 
     async def mirror(self, obj: Obj, etype: str, reason: str, message: str, key: str, count: int,
                      only_if_absent: bool) -> None:
@@ -45,11 +38,16 @@ class Recorder:
         must not rewrite every one it mirrored before (three requests each, during its busiest seconds)."""
         name, body = self._event(obj, etype, reason, message, key, count)
         url = path("", "v1", "events", body["metadata"]["namespace"])
-        if await self._create(url, body, reason) or only_if_absent:
-            return
+        if not await self._create(url, body, reason) and not only_if_absent:
+            await self._update(f"{url}/{name}", body, reason, count=count)
+
+    async def _update(self, url: str, body: Obj, reason: str, count: int | None) -> None:
+        """An existing Event gets ``count`` (None: one more than it had), the new time and message."""
         try:
-            await self.rest.patch(f"{url}/{name}", {"count": count, "lastTimestamp": body["lastTimestamp"],
-                                                    "message": body["message"]})
+            if count is None:
+                count = int((await self.rest.get(url)).get("count") or 1) + 1
+            await self.rest.patch(url, {"count": count, "lastTimestamp": body["lastTimestamp"],
+                                        "message": body["message"]})
         except Exception as exc:
             log.warning("event not updated", reason=reason, error=str(exc)[:200])
 

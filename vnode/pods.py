@@ -120,7 +120,8 @@ class PodReconciler:
             if cp is not None and not status.terminal(cp) and not cp["metadata"].get("deletionTimestamp"):
                 await self._delete_compute(cp, "tenant-terminal")
             return
-        if cp is None and (status.forwarded(tp) or self.created_at.get(key, ("",))[0] == uid):
+        created_here = key in self.created_at and self.created_at[key][0] == uid
+        if cp is None and (status.forwarded(tp) or created_here):
             await self._lost(key, tp)  # forwarded (perhaps not yet marked so): never re-created silently
             return
         if cp is None:
