@@ -18,6 +18,7 @@ from aiohttp import web
 from ferry.health import make_app, serve
 from ferry.kube.rest import Rest, api_client
 from ferry.kube.workqueue import WorkQueue
+from ferry.shutdown import run_until_signalled
 from vnode import metrics, naming
 from vnode.binder import Binder
 from vnode.caches import KUEUE_WORKLOADS, Caches
@@ -50,7 +51,7 @@ class Vnode:
         self.binder = Binder(cfg.node, cfg.served_schedulers, tenant, self.caches, self.pods.gangs,
                              kueue_present=KUEUE_WORKLOADS in tenant_crds)
         self.node = VirtualNode(cfg.node, cfg.tenant, cfg.node_ip, cfg.kubelet_port, tenant, self.caches,
-                                self.recorder, cfg.max_pods, cfg.heartbeat_s)
+                                self.recorder, cfg.max_pods, cfg.heartbeat_s, cfg.unreachable_after_s)
         self.events = WorkQueue("events", max_delay=5.0)
         self.groups = WorkQueue("groups", max_delay=5.0)
         self._replayed: set[str] = set()  # compute events known only from a list, not from a change
@@ -106,17 +107,40 @@ class Vnode:
         replayed = key in self._replayed
         self._replayed.discard(key)
         ev = self.caches.compute_events.store.get(key)
-        if ev is None or (ev.get("involvedObject") or {}).get("kind") != "Pod":
+        if ev is None:
             return
-        inv = ev["involvedObject"]
-        cp = self.caches.compute_pods.store.get(f"{inv.get('namespace')}/{inv.get('name')}")
-        tkey = self.pods.tenant_key_of(cp) if cp else None
-        tp = self.caches.tenant_pods.store.get(tkey) if tkey else None
-        if tp is None or tp["metadata"]["uid"] != cp["metadata"]["labels"].get(naming.UPSTREAM_UID_LABEL):  # type: ignore[index]
+        target = self._event_target(ev.get("involvedObject") or {})
+        if target is None:
             return
-        await self.recorder.mirror(tp, ev.get("type", "Normal"), ev.get("reason", ""), ev.get("message", ""),
+        await self.recorder.mirror(target, ev.get("type", "Normal"), ev.get("reason", ""), ev.get("message", ""),
                                    key=ev["metadata"]["uid"], count=int(ev.get("count") or 1),
                                    only_if_absent=replayed)
+
+    def _event_target(self, inv: Obj) -> Obj | None:
+        """The tenant object a compute Event is about: the tenant pod of a compute pod, or the tenant
+        PodGroup of a compute PodGroup -- only while both are the incarnations the Event was about
+        (compute names repeat when a tenant re-creates a pod or group under the same name)."""
+        okey = f"{inv.get('namespace')}/{inv.get('name')}"
+        if inv.get("kind") == "Pod":
+            cp = self.caches.compute_pods.store.get(okey)
+            if cp is None or inv.get("uid") not in (None, "", cp["metadata"].get("uid")):
+                return None
+            tkey = self.pods.tenant_key_of(cp)
+            tp = self.caches.tenant_pods.store.get(tkey) if tkey else None
+            if tp is None or tp["metadata"]["uid"] != cp["metadata"].get("labels", {}).get(naming.UPSTREAM_UID_LABEL):
+                return None
+            return tp
+        if inv.get("kind") == "PodGroup":
+            cg = self.caches.compute_groups.store.get(okey)
+            if cg is None or inv.get("uid") not in (None, "", cg["metadata"].get("uid")):
+                return None
+            found = self.pods.gangs.tenant_group_of(cg)
+            if found is None:
+                return None
+            kind, group = found
+            api = "scheduling.volcano.sh/v1beta1" if kind == "volcano" else "scheduling.x-k8s.io/v1alpha1"
+            return {**group, "apiVersion": api, "kind": "PodGroup"}
+        return None
 
     async def reflect_group(self, key: str) -> None:
         group = self.caches.compute_groups.store.get(key)
@@ -180,7 +204,7 @@ class Vnode:
             tg.create_task(self.maintain())
 
 
-async def main(cfg: VnodeConfig, stop: asyncio.Event) -> None:
+async def main(cfg: VnodeConfig) -> None:
     tenant_api, compute_api = await api_client(cfg.tenant_kubeconfig), await api_client(cfg.compute_kubeconfig)
     tenant, compute = Rest(tenant_api), Rest(compute_api)
     crds = set()
@@ -202,16 +226,17 @@ async def main(cfg: VnodeConfig, stop: asyncio.Event) -> None:
         runners.append(runner)
     log.info("vnode started", tenant=cfg.tenant, node=cfg.node, compute_namespace=cfg.namespace,
              kueue_gates_lifted=KUEUE_WORKLOADS not in crds, tenant_gang_crds=sorted(crds))
-    try:
-        async with asyncio.TaskGroup() as tg:
-            work = tg.create_task(vnode.run())
-            await stop.wait()
-            work.cancel()
-    except* asyncio.CancelledError:
-        pass
-    finally:
+
+    async def cleanup() -> None:
         for r in runners:
             with contextlib.suppress(Exception):
                 await r.cleanup()
         await tenant_api.close()
         await compute_api.close()
+
+    try:
+        await run_until_signalled(vnode.run(), cleanup)
+    finally:
+        with contextlib.suppress(Exception):
+            await tenant_api.close()
+            await compute_api.close()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import signal
 import sys
 from pathlib import Path
 
@@ -38,6 +37,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="seconds between sweeps for copied ConfigMaps/Secrets/Services no pod uses any more")
     p.add_argument("--gc-min-age", type=float, default=60.0,
                    help="an unused copy younger than this many seconds is kept (its pod may be on its way)")
+    p.add_argument("--unreachable-after", type=float, default=10.0,
+                   help="seconds the compute API must fail before the node reports it unreachable (a starting "
+                        "apiserver answers 429 for a moment)")
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=run)
 
@@ -59,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
             client_ca=args.client_ca, metrics_address=args.metrics_address, metrics_port=args.metrics_port,
             max_pods=args.max_pods, workers=args.workers, heartbeat_s=args.heartbeat,
             gc_interval_s=args.gc_interval, gc_min_age_s=args.gc_min_age,
+            unreachable_after_s=args.unreachable_after,
         )
     except ValidationError as exc:
         err = exc.errors()[0]
@@ -76,8 +79,4 @@ async def _main(cfg: object) -> None:
     from vnode.config import VnodeConfig
 
     assert isinstance(cfg, VnodeConfig)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await main(cfg, stop)
+    await main(cfg)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import structlog
+
 from ferry.keys import POD_GROUP_LABEL, TIER_ANNOTATION
 from ferry.kube.rest import Rest, path, status_of
 from vnode import naming
@@ -16,12 +18,14 @@ from vnode.caches import FERRY_PG, PLUGINS_PG, VOLCANO_PG, Caches
 from vnode.translate import Bridge, GangRef, gang_of
 
 Obj = dict[str, Any]
-# compute phase -> tenant phase, per convention
+# compute phase -> tenant phase, per convention. Volcano's v1beta1 PodGroup has one terminal phase,
+# Completed (its counts say how members ended); scheduler-plugins has Finished and Failed.
 VOLCANO_PHASE = {"Pending": "Inqueue", "Privileged": "Inqueue", "Running": "Running", "WillEvict": "Running",
-                 "Succeeded": "Completed", "Failed": "Unknown", "Evicted": "Unknown"}
+                 "Succeeded": "Completed", "Failed": "Completed", "Evicted": "Unknown"}
 PLUGINS_PHASE = {"Pending": "Scheduling", "Privileged": "Scheduling", "Running": "Running",
                  "WillEvict": "Running", "Succeeded": "Finished", "Failed": "Failed", "Evicted": "Failed"}
 ADMITTED = {"volcano": "Inqueue", "scheduler-plugins": "Scheduling"}
+log = structlog.get_logger("ferry.vnode.gangs")
 
 
 class NotReady(Exception):
@@ -30,6 +34,11 @@ class NotReady(Exception):
 
 def compute_group_name(b: Bridge, gang: GangRef) -> str:
     return naming.compute_name(b.tenant, gang.namespace, f"{gang.kind}.{gang.name}")
+
+
+def incarnation(compute_group: Obj) -> str:
+    """The UID of the tenant group a compute PodGroup was made for ("" for Kueue groups: no object)."""
+    return str((compute_group["metadata"].get("labels") or {}).get(naming.UPSTREAM_UID_LABEL, ""))
 
 
 def _gvr(kind: str) -> tuple[str, str, str]:
@@ -70,28 +79,54 @@ class Gangs:
         return out
 
     async def ensure(self, pod: Obj) -> None:
-        """Create the compute PodGroup of ``pod``'s gang before the pod (the scheduler waits for it)."""
+        """Create the compute PodGroup of ``pod``'s gang before the pod (the scheduler waits for it).
+
+        The compute group records the tenant group's UID: a tenant group deleted and created again
+        under the same name is a new gang, and the earlier incarnation's compute group (its status,
+        conditions and counts) is deleted, never adopted."""
         gang = gang_of(pod)
         if gang is None:
             return
         name = compute_group_name(self.b, gang)
-        key = f"{self.b.namespace}/{name}"
-        if key in self.caches.compute_groups.store:
-            return
+        url = path(*FERRY_PG[:2], "podgroups", self.b.namespace)
+        group = self.tenant_group(gang)
+        uid = str((group or {}).get("metadata", {}).get("uid", ""))
+        have = self.caches.compute_groups.store.get(f"{self.b.namespace}/{name}")
+        if have is not None:
+            if not uid or incarnation(have) in ("", uid):  # "": made before groups recorded it
+                return
+            await self._delete_stale(have)
         body: Obj = {
             "apiVersion": "scheduling.kubeferry.io/v1alpha1", "kind": "PodGroup",
             "metadata": {"name": name, "namespace": self.b.namespace,
-                         "labels": {**naming.owner_labels(self.b.tenant, self.b.node, gang.namespace),
+                         "labels": {**naming.owner_labels(self.b.tenant, self.b.node, gang.namespace, uid or None),
                                     naming.KIND_LABEL: gang.kind},
                          "annotations": {naming.UPSTREAM_NAME_ANNOTATION: gang.name}},
             "spec": self.compute_spec(gang, pod),
         }
         try:
-            created = await self.compute.create(path(*FERRY_PG[:2], "podgroups", self.b.namespace), body)
+            created = await self.compute.create(url, body)
             self.caches.compute_groups.remember(created)
         except Exception as exc:
             if status_of(exc) != 409:
                 raise
+            live = await self.compute.get(f"{url}/{name}")
+            if uid and incarnation(live) != uid:  # an earlier incarnation the cache had not shown yet
+                await self._delete_stale(live)
+                raise NotReady(f"the compute PodGroup of an earlier {gang.kind} PodGroup {gang.name} "
+                               "is being replaced") from exc
+
+    async def _delete_stale(self, group: Obj) -> None:
+        meta = group["metadata"]
+        try:
+            await self.compute.delete(path(*FERRY_PG[:2], "podgroups", self.b.namespace, meta["name"]),
+                                      {"preconditions": {"uid": meta["uid"]}})
+        except Exception as exc:
+            if status_of(exc) not in (404, 409):
+                raise
+        if self.caches.compute_groups.store.get(f"{self.b.namespace}/{meta['name']}") is group:
+            del self.caches.compute_groups.store[f"{self.b.namespace}/{meta['name']}"]
+        log.info("compute PodGroup of an earlier incarnation deleted", podgroup=meta["name"])
 
     async def admit(self, kind: str, group: Obj) -> None:
         """Set a fresh tenant PodGroup's phase as its own scheduler would on admission."""
@@ -99,16 +134,26 @@ class Gangs:
             return
         await self._write_status(kind, group, {"phase": ADMITTED[kind]})
 
+    def tenant_group_of(self, compute_group: Obj) -> tuple[str, Obj] | None:
+        """The tenant PodGroup (and its convention) this compute PodGroup stands for, if it is the same
+        incarnation."""
+        meta = compute_group["metadata"]
+        kind = (meta.get("labels") or {}).get(naming.KIND_LABEL, "")
+        ns = (meta.get("labels") or {}).get(naming.UPSTREAM_NS_LABEL)
+        name = (meta.get("annotations") or {}).get(naming.UPSTREAM_NAME_ANNOTATION)
+        if kind not in ADMITTED or not ns or not name:
+            return None
+        group = self.tenant_group(GangRef(kind, ns, name))
+        if group is None or incarnation(compute_group) not in ("", group["metadata"].get("uid")):
+            return None  # an earlier incarnation's status never reaches the new group
+        return kind, group
+
     async def reflect(self, compute_group: Obj) -> None:
         """Copy a compute PodGroup's phase and counts to the tenant PodGroup it stands for."""
-        kind = compute_group["metadata"].get("labels", {}).get(naming.KIND_LABEL, "")
-        if kind not in ADMITTED:
+        found = self.tenant_group_of(compute_group)
+        if found is None:
             return
-        ns = compute_group["metadata"]["labels"][naming.UPSTREAM_NS_LABEL]
-        name = compute_group["metadata"]["annotations"][naming.UPSTREAM_NAME_ANNOTATION]
-        group = self.tenant_group(GangRef(kind, ns, name))
-        if group is None:
-            return
+        kind, group = found
         cstat = compute_group.get("status") or {}
         table = VOLCANO_PHASE if kind == "volcano" else PLUGINS_PHASE
         want: Obj = {"phase": table.get(cstat.get("phase", "Pending"), ADMITTED[kind])}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any
 
 import structlog
@@ -49,7 +50,7 @@ def capacity(nodes: list[Obj], queue: Obj | None, max_pods: int) -> dict[str, st
 
 class VirtualNode:
     def __init__(self, name: str, tenant_label: str, ip: str, port: int, tenant: Rest, caches: Caches,
-                 recorder: Recorder, max_pods: int, heartbeat_s: float) -> None:
+                 recorder: Recorder, max_pods: int, heartbeat_s: float, unreachable_after_s: float = 10.0) -> None:
         self.name = name
         self.tenant_label = tenant_label
         self.ip = ip
@@ -63,6 +64,8 @@ class VirtualNode:
         self.changed = asyncio.Event()  # capacity inputs changed
         self._reported: tuple[dict[str, str], bool] | None = None
         self._uid = ""
+        self.unreachable_after_s = unreachable_after_s
+        self._failing_since: float | None = None
 
     def _object(self) -> Obj:
         return {
@@ -119,9 +122,20 @@ class VirtualNode:
                          "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "", "osImage": "Kube-Ferry"},
         }
 
-    async def update_status(self, force: bool = False) -> None:
+    def _reachable(self) -> tuple[bool, str | None]:
+        """Unreachable only after failing for longer than the grace: an apiserver that is starting
+        (429, storage initialising) or a single dropped watch is not an outage worth an Event."""
         why = self.caches.compute_error()
-        reachable = why is None
+        now_s = time.monotonic()
+        if why is None:
+            self._failing_since = None
+            return True, None
+        if self._failing_since is None:
+            self._failing_since = now_s
+        return now_s - self._failing_since < self.unreachable_after_s, why
+
+    async def update_status(self, force: bool = False) -> None:
+        reachable, why = self._reachable()
         cap = capacity(list(self.caches.compute_nodes.store.values()),
                        next(iter(self.caches.compute_queues.store.values()), None), self.max_pods)
         if not self.caches.compute_nodes.synced.is_set() and self._reported is not None:

@@ -21,12 +21,13 @@ from vnode.caches import Caches
 from vnode.copies import Copies, MissingDependency
 from vnode.events import Recorder
 from vnode.gangs import Gangs, NotReady
-from vnode.translate import Bridge, PodSecurity, compute_pod, refusal
+from vnode.translate import FORWARDING_GATE, Bridge, PodSecurity, compute_pod, refusal
 
 Obj = dict[str, Any]
 log = structlog.get_logger("ferry.vnode.pods")
 SETTLE_S = 3.0  # how long a fresh compute pod may wait for the scheduler before Pending is written upstream
 SETTLE_BOUND_S = 10.0  # ... and, once bound to a node, for its containers to start
+STRATEGIC = "application/strategic-merge-patch+json"
 
 
 class PodReconciler:
@@ -127,6 +128,9 @@ class PodReconciler:
         if cp is None:
             await self._create(key, tp)
             return
+        if _gated(cp) and not cp["metadata"].get("deletionTimestamp"):
+            await self._release(tp, cp)
+            return
         if cp["metadata"].get("deletionTimestamp") and status.is_true(cp.get("status", {}), status.DISRUPTION):
             await self._fail(tp, "Preempted", "the Kube-Ferry scheduler preempted this pod's job in the compute "
                              "cluster", disruption=True)
@@ -169,8 +173,29 @@ class PodReconciler:
         self.created_at[key] = (tp["metadata"]["uid"], time.monotonic())
         if refresh is not None:
             self.queue.add_after(key, max(refresh, 1.0))
-        # No status write yet: the compute pod's first change (bound, Running) is mirrored with the
-        # Forwarded mark, one write instead of two per pod on the hot path.
+        if _gated(created):
+            await self._release(tp, created)
+
+    async def _release(self, tp: Obj, cp: Obj) -> None:
+        """Mark the tenant pod Forwarded, then let the compute pod be scheduled. The mark outlives this
+        process, so a compute pod that disappears later -- even while the vnode is down -- fails the
+        tenant pod instead of being made again; one that disappears before the mark was still gated
+        and never ran, so making it again is safe."""
+        meta = tp["metadata"]
+        if not status.forwarded(tp):
+            updated = await self.tenant.patch(
+                path("", "v1", "pods", meta["namespace"], meta["name"], "status"),
+                {"metadata": {"uid": meta["uid"]}, "status": {"conditions": [status.forwarded_condition(tp)]}},
+                content_type=STRATEGIC)
+            self.caches.tenant_pods.remember(updated, replaces=tp)
+            self.status_writes += 1
+            metrics.STATUS_UPDATES.inc()
+        cmeta = cp["metadata"]
+        gates = [g for g in cp.get("spec", {}).get("schedulingGates") or [] if g.get("name") != FORWARDING_GATE]
+        released = await self.compute.patch(path("", "v1", "pods", self.b.namespace, cmeta["name"]),
+                                            {"metadata": {"uid": cmeta["uid"]},
+                                             "spec": {"schedulingGates": gates or None}})
+        self.caches.compute_pods.remember(released, replaces=cp)
 
     async def _mirror(self, key: str, tp: Obj, cp: Obj) -> None:
         created = self.created_at.get(key)
@@ -250,6 +275,10 @@ class PodReconciler:
             if status_of(exc) not in (404, 409):
                 raise
         log.info("compute pod deleted", pod=meta["name"], why=why)
+
+
+def _gated(pod: Obj) -> bool:
+    return any(g.get("name") == FORWARDING_GATE for g in pod.get("spec", {}).get("schedulingGates") or [])
 
 
 def _slim(pod: Obj) -> Obj:

@@ -43,6 +43,11 @@ def forwarded(pod: Obj) -> bool:
     return is_true(pod.get("status", {}), FORWARDED)
 
 
+def forwarded_condition(pod: Obj) -> Obj:
+    """The Forwarded mark: written once the compute pod exists, before it may be scheduled."""
+    return _forwarded_condition(pod.get("status", {}))
+
+
 def _forwarded_condition(old: Obj) -> Obj:
     prior = conditions(old).get(FORWARDED)
     if prior and prior.get("status") == "True":

@@ -30,6 +30,7 @@ BASELINE_CAPS = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KI
 RESTRICTED_CAPS = {"NET_BIND_SERVICE"}
 NODE_SELECTOR_DROPPED = re.compile(r"^(kubernetes\.io/(hostname|role|os|arch)|type|node\.kubernetes\.io/.*"
                                    r"|node-role\.kubernetes\.io/.*)$")
+FORWARDING_GATE = PREFIX + "forwarding"
 KUEUE_GATES = {"kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology"}
 ROLE_KEYS = ("volcano.sh/task-spec", "training.kubeflow.org/replica-type", "training.kubeflow.org/job-role",
              "jobset.sigs.k8s.io/replicatedjob-name", PREFIX + "task")
@@ -192,6 +193,9 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
                 "runtimeClassName", "overhead"):
         spec.pop(key, None)
     spec["schedulerName"] = SCHEDULER_NAME
+    # Held until the tenant pod records that its copy exists (see pods.py): a copy deleted before
+    # that never ran, so making it again cannot run the pod twice.
+    spec["schedulingGates"] = [{"name": FORWARDING_GATE}]
     spec["automountServiceAccountToken"] = False
     spec["enableServiceLinks"] = False
     spec["hostname"] = (spec.get("hostname") or name)[:63].rstrip("-.")

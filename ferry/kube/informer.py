@@ -65,11 +65,17 @@ class Gone(Exception):
     """The watch's resourceVersion is too old: list again."""
 
 
+class Throttled(RuntimeError):
+    """429: the apiserver is starting (storage initialising) or shedding load; it answers, just not yet."""
+
+
 def _raise_for(resp: Any, data: Obj) -> None:
     """Raw responses are not checked by the client: a 403 or 500 must not read as an empty list."""
     status = getattr(resp, "status", 200)
     if status == 410:
         raise Gone
+    if status == 429:
+        raise Throttled(f"HTTP 429: {data.get('message', '')}")
     if status >= 300:
         raise RuntimeError(f"HTTP {status}: {data.get('message', '')}")
 
@@ -171,7 +177,8 @@ class Informer:
                 need_list = True
             except Exception as exc:  # any API or network failure: retry with back-off
                 self.error = str(exc)[:200] or type(exc).__name__
-                log.warning("watch failed; retrying", informer=self.name, error=str(exc)[:200], in_s=backoff)
+                (log.debug if isinstance(exc, Throttled) else log.warning)(
+                    "watch failed; retrying", informer=self.name, error=str(exc)[:200], in_s=backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self._max_backoff)
                 if "410" in str(exc):

@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import signal
 import socket
 import sys
 from pathlib import Path
@@ -46,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
 async def _main(args: argparse.Namespace) -> None:
     from ferry.health import make_app, serve
     from ferry.kube.rest import api_client
+    from ferry.shutdown import run_until_signalled
     from scheduler.core.scheduler import SchedulerConfig
     from scheduler.service import metrics
     from scheduler.service.leader import LeaderElector
@@ -71,22 +71,23 @@ async def _main(args: argparse.Namespace) -> None:
         return service.ready() and (elector is None or elector.known.is_set())
 
     runner = await serve(make_app(ready, metrics.REGISTRY), args.metrics_address, args.metrics_port)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
+
+    async def work() -> None:
         async with asyncio.TaskGroup() as tg:
-            work = tg.create_task(service.run())
+            tg.create_task(service.run())
             if elector is not None:
-                lead = tg.create_task(elector.run())
-            await stop.wait()
-            work.cancel()
-            if elector is not None:
-                lead.cancel()
-    except* asyncio.CancelledError:
-        pass
-    finally:
+                tg.create_task(elector.run())
+
+    async def cleanup() -> None:
+        service.leading.clear()
+        if elector is not None:
+            await elector.release()  # a standby takes over now, not when the lease runs out
         with contextlib.suppress(Exception):
             await runner.cleanup()
         await api.close()
+
+    try:
+        await run_until_signalled(work(), cleanup)
+    finally:
+        with contextlib.suppress(Exception):
+            await api.close()

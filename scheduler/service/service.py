@@ -29,7 +29,7 @@ from ferry.kube.informer import Informer, Obj, key_of
 from scheduler.core.decisions import Bind, CancelEviction, CycleResult, Evict, JobStatus, NotifyWillEvict, Shrink
 from scheduler.core.scheduler import Scheduler, SchedulerConfig
 from scheduler.service import metrics
-from scheduler.service.snapshot import ShapeCache, Snapshot, build
+from scheduler.service.snapshot import GangCounts, ShapeCache, Snapshot, build
 
 GROUP, VERSION = "scheduling.kubeferry.io", "v1alpha1"
 log = structlog.get_logger("ferry.scheduler")
@@ -65,7 +65,8 @@ class SchedulerService:
                                poke)
         self.informers = (self.nodes, self.pods, self.groups, self.queues)
         self.assumed: dict[str, tuple[str, tuple[int, ...], float]] = {}  # pod -> (node, devices, since)
-        self._said: dict[str, str] = {}  # job -> last reason written (events are not repeated)
+        # job -> (PodGroup UID, reason, message) last written: Events are not repeated
+        self._said: dict[str, tuple[str, str, str]] = {}
         self._queue_status: dict[str, dict[str, Any]] = {}
         self._sem = asyncio.Semaphore(self.config.write_concurrency)
         self.cycles = 0
@@ -240,13 +241,48 @@ class SchedulerService:
                    **{j: ("Waiting", r) for j, r in snap.waiting.items()},
                    **{j: ("InvalidSpec", r) for j, r in snap.problems.items()}}
         for job, (reason, message) in reasons.items():
-            if self._said.get(job) == message:
+            incarnation = _uid(snap.group_of.get(job))
+            said = self._said.get(job)
+            if said is not None and said[0] != incarnation:  # a new PodGroup of the same name: start afresh
+                said = None
+            if said is not None and said[2] == message:
                 continue
-            self._said[job] = message
+            # A gang that assembles says so once (its condition keeps the count current), not once per arrival.
+            event = said is None or said[1] != reason or reason != "Waiting"
+            self._said[job] = (incarnation, reason, message)
             metrics.ATTEMPTS.labels("unschedulable").inc()
-            writes.append(self._explain(snap, job, reason, message))
+            writes.append(self._explain(snap, job, reason, message, event))
+        for job in [j for j in self._said if j not in snap.pods_of]:  # gone, or ended
+            del self._said[job]
+        written = {d.job for d in result.decisions if isinstance(d, JobStatus | NotifyWillEvict | CancelEviction)}
+        written |= {d.job for d in result.decisions if isinstance(d, Evict)} | set(reasons)
+        writes += self._sync_groups(snap, written)
         if writes:
             await asyncio.gather(*writes)
+
+    def _sync_groups(self, snap: Snapshot, written: set[str]) -> list[Awaitable[Any]]:
+        """Level-triggered PodGroup counts, and the terminal phase once every member has ended (the
+        decisions only speak of jobs that still have members to schedule)."""
+        writes: list[Awaitable[Any]] = []
+        for job, counts in snap.counts.items():
+            group = snap.group_of.get(job)
+            if group is None or job in written:
+                continue
+            have = group.get("status") or {}
+            want: dict[str, Any] = dict(counts.status())
+            phase = counts.terminal_phase()
+            if phase is not None:
+                want["phase"] = phase
+                want["conditions"] = [{
+                    "type": "Scheduled", "status": "True", "reason": "Finished",
+                    "message": f"every member ended: {counts.succeeded} succeeded, {counts.failed} failed",
+                    "lastTransitionTime": _now_iso()}]
+                if have.get("phase") == phase and all(have.get(k, 0) == v for k, v in counts.status().items()):
+                    continue
+            elif all(have.get(k, 0) == v for k, v in want.items()):
+                continue
+            writes.append(self._patch_group_status(group, want))
+        return writes
 
     def _assume(self, snap: Snapshot, job: str, decisions: list[Bind]) -> list[tuple[Obj, Bind]]:
         pods = snap.pods_of[job]
@@ -337,21 +373,22 @@ class SchedulerService:
             writes.append(self._job_status(snap, job, "Evicted", "Evicting", "True", "Preempted", reason))
         await asyncio.gather(*writes)
 
-    async def _explain(self, snap: Snapshot, job: str, reason: str, message: str) -> None:
+    async def _explain(self, snap: Snapshot, job: str, reason: str, message: str, event: bool) -> None:
         writes: list[Awaitable[Any]] = []
-        for pod in snap.pods_of.get(job, {}).values():
-            writes.append(self._event(pod, "Warning", "FailedScheduling" if reason != "Waiting" else "Waiting",
-                                      message))
+        if event:
+            for pod in snap.pods_of.get(job, {}).values():
+                writes.append(self._event(pod, "Warning", "FailedScheduling" if reason != "Waiting" else "Waiting",
+                                          message))
         writes.append(self._job_status(snap, job, "Pending", "Scheduled", "False", reason, message))
         await asyncio.gather(*writes)
 
-    async def _event(self, pod: Obj, etype: str, reason: str, message: str) -> None:
-        meta = pod["metadata"]
+    async def _event(self, obj: Obj, etype: str, reason: str, message: str) -> None:
+        meta = obj["metadata"]
         now = _now_iso()
         body = {
             "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
-                               "namespace": meta["namespace"], "uid": meta.get("uid")},
+            "involvedObject": {"apiVersion": obj.get("apiVersion", "v1"), "kind": obj.get("kind", "Pod"),
+                               "name": meta["name"], "namespace": meta["namespace"], "uid": meta.get("uid")},
             "type": etype, "reason": reason, "message": message[:1024],
             "source": {"component": SCHEDULER_NAME}, "reportingComponent": SCHEDULER_NAME,
             "reportingInstance": SCHEDULER_NAME, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
@@ -363,15 +400,26 @@ class SchedulerService:
         group = snap.group_of.get(job)
         if group is None:
             return
-        meta = group["metadata"]
-        running = sum(1 for p in snap.pods_of.get(job, {}).values() if p.get("spec", {}).get("nodeName"))
-        if phase == "Running":
-            running = len(snap.pods_of.get(job, {}))
-        st: dict[str, Any] = {"phase": phase, "running": running,
+        counts = snap.counts.get(job, GangCounts())
+        st: dict[str, Any] = {"phase": phase, **counts.status(),
                               "conditions": [{"type": ctype, "status": status, "reason": reason,
                                               "message": message[:1024], "lastTransitionTime": _now_iso()}]}
-        if phase == "Running":
+        if phase == "Running":  # its members were just assumed bound; the snapshot predates that
+            st["running"] = counts.live
             st["scheduledTime"] = _now_iso()
-        await self._guard("podgroup status", self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, meta["namespace"], "podgroups", meta["name"], {"status": st},
+            if (group.get("status") or {}).get("phase") in (None, "", "Pending", "Privileged"):
+                await self._event({**group, "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup"}, "Normal",
+                                  "Scheduled",
+                                  f"gang scheduled: all {counts.live + counts.ended} members present, "
+                                  f"{counts.live} bound now")
+        await self._patch_group_status(group, st)
+
+    def _patch_group_status(self, group: Obj, status: dict[str, Any]) -> Awaitable[bool]:
+        meta = group["metadata"]
+        return self._guard("podgroup status", self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, meta["namespace"], "podgroups", meta["name"], {"status": status},
             _content_type="application/merge-patch+json"))
+
+
+def _uid(obj: Obj | None) -> str:
+    return str((obj or {}).get("metadata", {}).get("uid", ""))

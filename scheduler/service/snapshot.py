@@ -53,13 +53,47 @@ class BadSpec(ValueError):
     """A pod or PodGroup the scheduler cannot act on; the message is shown to the user."""
 
 
+@dataclass(frozen=True)
+class GangCounts:
+    """A gang's members by phase, ended ones included: a member that finished was present."""
+
+    pending: int = 0  # not bound to a node yet
+    running: int = 0  # bound and not ended
+    succeeded: int = 0
+    failed: int = 0
+
+    @property
+    def live(self) -> int:
+        return self.pending + self.running
+
+    @property
+    def ended(self) -> int:
+        return self.succeeded + self.failed
+
+    def terminal_phase(self) -> str | None:
+        """``Succeeded`` / ``Failed`` once every member has ended, else None (the cycle decides)."""
+        if self.live or not self.ended:
+            return None
+        return "Failed" if self.failed else "Succeeded"
+
+    def status(self) -> dict[str, int]:
+        return {"running": self.running, "succeeded": self.succeeded, "failed": self.failed}
+
+
+def gang_counts(live: list[Obj], ended: list[Obj]) -> GangCounts:
+    bound = sum(1 for p in live if p.get("spec", {}).get("nodeName"))
+    failed = sum(1 for p in ended if p.get("status", {}).get("phase") == "Failed")
+    return GangCounts(pending=len(live) - bound, running=bound, succeeded=len(ended) - failed, failed=failed)
+
+
 @dataclass
 class Snapshot:
     cluster: Cluster
-    pods_of: dict[str, dict[tuple[str, int], Obj]]  # job -> (task, index) -> pod
+    pods_of: dict[str, dict[tuple[str, int], Obj]]  # job -> (task, index) -> pod (members not ended)
     group_of: dict[str, Obj | None]  # job -> its PodGroup object (None for a single pod)
     problems: dict[str, str] = field(default_factory=dict)  # job -> why it cannot be scheduled at all
     waiting: dict[str, str] = field(default_factory=dict)  # job -> why it is not ready to schedule yet
+    counts: dict[str, GangCounts] = field(default_factory=dict)  # job with a PodGroup -> its members by phase
 
 
 def _terminal(pod: Obj) -> bool:
@@ -169,6 +203,7 @@ def build(nodes: dict[str, Obj], pods: dict[str, Obj], groups: dict[str, Obj], q
     snap = Snapshot(Cluster(cluster_nodes, cluster_queues, now=now), {}, {})
 
     members: dict[str, list[Obj]] = defaultdict(list)
+    ended: dict[str, list[Obj]] = defaultdict(list)  # gang members that finished: present, holding nothing
     for pod in pods.values():
         spec = pod.get("spec", {})
         node_name = spec.get("nodeName")
@@ -176,12 +211,20 @@ def build(nodes: dict[str, Obj], pods: dict[str, Obj], groups: dict[str, Obj], q
             if node_name and not _terminal(pod) and node_name in cluster_nodes:
                 _charge_foreign(cluster_nodes[node_name], pod)
             continue
-        if _terminal(pod) or pod["metadata"].get("deletionTimestamp"):
-            continue
         meta = pod["metadata"]
+        if meta.get("deletionTimestamp") or spec.get("schedulingGates"):  # gated: not ready to schedule
+            continue
         group = meta.get("labels", {}).get(POD_GROUP_LABEL)
+        if _terminal(pod):
+            if group:
+                ended[f"{meta['namespace']}/{group}"].append(pod)
+            continue
         job_key = f"{meta['namespace']}/{group}" if group else f"{meta['namespace']}/pod/{meta['name']}"
         members[job_key].append(pod)
+    for job_key, done in ended.items():
+        ns, group_name = job_key.split("/", 1)
+        snap.group_of.setdefault(job_key, groups.get(f"{ns}/{group_name}"))
+        snap.counts[job_key] = gang_counts(members.get(job_key, []), done)
 
     cache = cache if cache is not None else ShapeCache()
     cache.keep_only(set(members))
@@ -190,6 +233,8 @@ def build(nodes: dict[str, Obj], pods: dict[str, Obj], groups: dict[str, Obj], q
         group_name = job_pods[0]["metadata"].get("labels", {}).get(POD_GROUP_LABEL)
         group = groups.get(f"{ns}/{group_name}") if group_name else None
         snap.group_of[job_name] = group
+        if group_name:
+            snap.counts[job_name] = gang_counts(job_pods, ended.get(job_name, []))
         try:
             job, by_replica = _job(job_name, job_pods, group, ns_queue, cluster_queues, cache)
         except BadSpec as exc:
@@ -200,10 +245,14 @@ def build(nodes: dict[str, Obj], pods: dict[str, Obj], groups: dict[str, Obj], q
             snap.waiting[job_name] = f"PodGroup {group_name} does not exist (yet)"
             snap.pods_of[job_name] = by_replica
             continue
-        if len(job.replicas) < job.gang_size:
-            snap.waiting[job_name] = f"waiting for gang members: {len(job.replicas)} of {job.gang_size} pods exist"
+        n_ended = len(ended.get(job_name, ()))
+        if len(job.replicas) + n_ended < job.gang_size:
+            snap.waiting[job_name] = (f"waiting for gang members: {len(job.replicas) + n_ended} of {job.gang_size} "
+                                      f"pods exist")
             snap.pods_of[job_name] = by_replica
             continue
+        if n_ended and job.min_member is not None:  # members that ended were part of the gang's minimum
+            job.min_member = max(1, job.min_member - n_ended)
         snap.cluster.jobs[job_name] = job
         snap.pods_of[job_name] = by_replica
     return snap

@@ -173,3 +173,41 @@ async def _reachable(core: client.CoreV1Api, want: str) -> bool:
 
 
 pytestmark = pytest.mark.usefixtures("vnodes")
+
+
+async def test_a_compute_pod_deleted_while_the_vnode_is_down_is_not_recreated(
+        planes: ControlPlanes, vnodes: dict[str, Component], tenant_api: client.ApiClient,
+        compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """The Forwarded mark is written as soon as the compute pod exists (before it may be scheduled),
+    so the memory of 'created here' survives a restart: deleted behind a stopped vnode, the pod is
+    lost upstream, never made again. No node holds 64 GPUs, so the pod stays pending and its first
+    status write (the old mark) would have come seconds later."""
+    core = client.CoreV1Api(tenant_api)
+    pod = served_pod("early")
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "64"}}
+    uid = (await core.create_namespaced_pod(tenant_ns, pod)).metadata.uid
+
+    async def marked() -> bool:
+        p = await core.read_namespaced_pod("early", tenant_ns)
+        return any(c.type == "kubeferry.io/Forwarded" and c.status == "True" for c in p.status.conditions or [])
+
+    await eventually(marked, timeout=30, interval=0.1, what="Forwarded mark upstream")
+    vnode = vnodes["tenant-1"]
+    vnode.kill()
+    compute = Rest(compute_api)
+    cpods = (await compute.get(path("", "v1", "pods", "tenant-1"),
+                               labelSelector=f"{naming.UPSTREAM_UID_LABEL}={uid}"))["items"]
+    assert len(cpods) == 1 and not cpods[0]["spec"].get("schedulingGates"), "released once marked"
+    await compute.delete(path("", "v1", "pods", "tenant-1", cpods[0]["metadata"]["name"]), {"gracePeriodSeconds": 0})
+    vnode.start()
+    vnode.wait_ready()
+
+    async def failed() -> Any:
+        p = await core.read_namespaced_pod("early", tenant_ns)
+        return p if p.status.phase == "Failed" else None
+
+    lost = await eventually(failed, timeout=30, what="tenant pod Failed after the restart")
+    assert lost.status.reason == "ComputePodLost"
+    again = (await compute.get(path("", "v1", "pods", "tenant-1"),
+                               labelSelector=f"{naming.UPSTREAM_UID_LABEL}={uid}"))["items"]
+    assert again == [], "never re-created"

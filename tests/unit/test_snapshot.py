@@ -54,3 +54,34 @@ def test_shape_is_reused_until_a_pod_is_replaced_and_bad_specs_stay_reported() -
     # a job that is gone leaves the cache
     build(NODES, {}, {}, {}, 0.0, cache)
     assert cache.entries == {}
+
+
+def _ended(name: str, phase: str) -> dict[str, Any]:
+    p = pod(name, node="n0")
+    p["status"]["phase"] = phase
+    return p
+
+
+def test_members_that_ended_count_as_present_and_a_finished_gang_is_terminal() -> None:
+    group = {"metadata": {"name": "g", "namespace": "ns"}, "spec": {"minMember": 3}}
+    # one member finished, one runs, one was re-created and waits: the gang is whole, not "waiting"
+    pods = {"ns/a": _ended("a", "Succeeded"), "ns/b": pod("b", node="n0"), "ns/c": pod("c")}
+    snap = build(NODES, pods, {"ns/g": group}, {}, 0.0)
+    assert "ns/g" not in snap.waiting
+    job = snap.cluster.jobs["ns/g"]
+    assert job.gang_size == 2, "the ended member already satisfied its part of the minimum"
+    counts = snap.counts["ns/g"]
+    assert (counts.pending, counts.running, counts.succeeded, counts.failed) == (1, 1, 1, 0)
+    assert counts.terminal_phase() is None
+
+    # every member ended: no job for the core, a terminal phase with counts for the PodGroup
+    pods = {"ns/a": _ended("a", "Succeeded"), "ns/b": _ended("b", "Succeeded"), "ns/c": _ended("c", "Failed")}
+    snap = build(NODES, pods, {"ns/g": group}, {}, 0.0)
+    assert "ns/g" not in snap.cluster.jobs and "ns/g" not in snap.waiting
+    assert snap.counts["ns/g"].status() == {"running": 0, "succeeded": 2, "failed": 1}
+    assert snap.counts["ns/g"].terminal_phase() == "Failed"
+    assert snap.group_of["ns/g"] is group
+
+    # still short of members that exist or existed: waiting, counted with the ended ones
+    snap = build(NODES, {"ns/a": _ended("a", "Succeeded"), "ns/b": pod("b")}, {"ns/g": group}, {}, 0.0)
+    assert snap.waiting["ns/g"] == "waiting for gang members: 2 of 3 pods exist"

@@ -50,6 +50,8 @@ def test_translation_owns_the_pod_and_drops_what_a_tenant_must_not_choose() -> N
     assert spec["nodeSelector"] == {"kubeferry.io/gpu-model": "A100"}
     assert spec["tolerations"] == [{"key": "team", "operator": "Exists"}]
     assert spec["hostname"] == "job-worker-0"
+    # held until the tenant pod is marked Forwarded: a copy deleted before that never ran
+    assert spec["schedulingGates"] == [{"name": "kubeferry.io/forwarding"}]
 
 
 def test_references_are_renamed_to_copies_and_the_token_comes_from_the_tenant() -> None:

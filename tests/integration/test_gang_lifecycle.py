@@ -1,0 +1,168 @@
+"""Gangs through the bridge from first member to last: judged on every member whatever its phase,
+terminal with counts on both sides when the job ends, one identity per incarnation of a tenant group."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from tests.helpers import eventually
+from vnode import naming
+
+pytestmark = pytest.mark.usefixtures("vnodes")
+FERRY = ("scheduling.kubeferry.io", "v1alpha1")
+VOLCANO = ("scheduling.volcano.sh", "v1beta1")
+PLUGINS = ("scheduling.x-k8s.io", "v1alpha1")
+
+
+def member(name: str, convention: str, group: str, duration: str = "3s") -> dict[str, Any]:
+    """A gang member as an unmodified operator writes it (no toleration; the vnode binds it)."""
+    annotations = {"kubeferry.io/sim-duration": duration}
+    labels: dict[str, str] = {}
+    if convention == "volcano":
+        annotations["scheduling.k8s.io/group-name"] = group
+        scheduler = "volcano"
+    else:
+        labels["scheduling.x-k8s.io/pod-group"] = group
+        scheduler = "scheduler-plugins"
+    return {"metadata": {"name": name, "labels": labels, "annotations": annotations},
+            "spec": {"schedulerName": scheduler, "restartPolicy": "Never", "automountServiceAccountToken": False,
+                     "containers": [{"name": "w", "image": "trainer:1",
+                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+
+
+async def tenant_group(api: client.ApiClient, crd: tuple[str, str], ns: str, name: str, min_member: int) -> Any:
+    return await client.CustomObjectsApi(api).create_namespaced_custom_object(
+        *crd, ns, "podgroups", {"apiVersion": "/".join(crd), "kind": "PodGroup", "metadata": {"name": name},
+                                "spec": {"minMember": min_member}})
+
+
+async def compute_groups(compute: client.ApiClient, tenant_ns: str) -> list[Any]:
+    groups = await client.CustomObjectsApi(compute).list_namespaced_custom_object(*FERRY, "tenant-1", "podgroups")
+    return [g for g in groups["items"] if g["metadata"]["labels"].get(naming.UPSTREAM_NS_LABEL) == tenant_ns]
+
+
+async def status_of(api: client.ApiClient, crd: tuple[str, str], ns: str, name: str) -> dict[str, Any]:
+    obj = await client.CustomObjectsApi(api).get_namespaced_custom_object(*crd, ns, "podgroups", name)
+    return dict(obj.get("status") or {})
+
+
+def _ts(value: Any) -> float:
+    return value.timestamp() if isinstance(value, datetime) else 0.0
+
+
+async def _first_start(compute: client.ApiClient, tenant_ns: str) -> float | None:
+    pods = (await client.CoreV1Api(compute).list_namespaced_pod(
+        "tenant-1", label_selector=f"{naming.UPSTREAM_NS_LABEL}={tenant_ns}")).items
+    starts = [_ts(p.status.start_time) for p in pods if p.status.start_time]
+    return min(starts) if starts else None
+
+
+async def _waiting_events(compute: client.ApiClient, tenant_ns: str) -> list[Any]:
+    pods = (await client.CoreV1Api(compute).list_namespaced_pod(
+        "tenant-1", label_selector=f"{naming.UPSTREAM_NS_LABEL}={tenant_ns}")).items
+    names = {p.metadata.name for p in pods}
+    events = (await client.CoreV1Api(compute).list_namespaced_event("tenant-1")).items
+    return [e for e in events if e.involved_object.name in names and e.reason == "Waiting"]
+
+
+@pytest.mark.parametrize(("convention", "crd", "done"), [("volcano", VOLCANO, "Completed"),
+                                                           ("scheduler-plugins", PLUGINS, "Finished")])
+async def test_a_finished_gang_is_terminal_on_both_sides_with_counts(
+        convention: str, crd: tuple[str, str], done: str, tenant_api: client.ApiClient,
+        compute_api: client.ApiClient, tenant_ns: str) -> None:
+    core = client.CoreV1Api(tenant_api)
+    await tenant_group(tenant_api, crd, tenant_ns, "job", 4)
+    for i in range(4):
+        await core.create_namespaced_pod(tenant_ns, member(f"job-w-{i}", convention, "job"))
+
+    async def finished() -> dict[str, Any] | None:
+        st = await status_of(tenant_api, crd, tenant_ns, "job")
+        return st if st.get("phase") == done else None
+
+    st = await eventually(finished, timeout=60, what=f"tenant PodGroup {done}")
+    assert st.get("succeeded") == 4 and not st.get("running") and not st.get("failed"), st
+    (group,) = await compute_groups(compute_api, tenant_ns)
+    cst = group["status"]
+    assert cst["phase"] == "Succeeded" and cst["succeeded"] == 4 and cst["running"] == 0 and cst["failed"] == 0
+    assert not any(c["reason"] == "Waiting" for c in cst.get("conditions", [])), cst
+    started = await _first_start(compute_api, tenant_ns)
+    assert started is not None
+    late = [e for e in await _waiting_events(compute_api, tenant_ns) if _ts(e.last_timestamp) > started + 1]
+    assert not late, f"Waiting events after the first member started: {[e.message for e in late]}"
+
+
+async def test_launcher_and_workers_gang_completes(tenant_api: client.ApiClient, compute_api: client.ApiClient,
+                                                   tenant_ns: str) -> None:
+    """A training operator's usual shape: a launcher made by a batch Job plus workers made by the
+    operator, all with the Volcano group marker, minMember 5."""
+    core = client.CoreV1Api(tenant_api)
+    await tenant_group(tenant_api, VOLCANO, tenant_ns, "mpi", 5)
+    for i in range(4):
+        await core.create_namespaced_pod(tenant_ns, member(f"mpi-worker-{i}", "volcano", "mpi", duration="4s"))
+    launcher = member("unused", "volcano", "mpi", duration="2s")
+    await client.BatchV1Api(tenant_api).create_namespaced_job(tenant_ns, {
+        "metadata": {"name": "mpi-launcher"},
+        "spec": {"backoffLimit": 0, "template": {"metadata": {"annotations": launcher["metadata"]["annotations"]},
+                                                 "spec": launcher["spec"]}}})
+
+    async def completed() -> dict[str, Any] | None:
+        st = await status_of(tenant_api, VOLCANO, tenant_ns, "mpi")
+        return st if st.get("phase") == "Completed" else None
+
+    st = await eventually(completed, timeout=90, what="launcher + workers gang Completed")
+    assert st.get("succeeded") == 5 and not st.get("failed"), st
+    (group,) = await compute_groups(compute_api, tenant_ns)
+    assert group["status"]["phase"] == "Succeeded" and group["status"]["succeeded"] == 5
+    job = await client.BatchV1Api(tenant_api).read_namespaced_job("mpi-launcher", tenant_ns)
+    assert job.status.succeeded == 1
+
+
+async def test_a_recreated_gang_gets_a_fresh_compute_group(tenant_api: client.ApiClient,
+                                                          compute_api: client.ApiClient, tenant_ns: str) -> None:
+    import time
+
+    core = client.CoreV1Api(tenant_api)
+    custom = client.CustomObjectsApi(tenant_api)
+    names = [f"pt-{i}" for i in range(4)]
+    first = await tenant_group(tenant_api, VOLCANO, tenant_ns, "pt", 4)
+    for n in names:
+        await core.create_namespaced_pod(tenant_ns, member(n, "volcano", "pt", duration="2s"))
+
+    async def completed(uid: str) -> bool:
+        st = await status_of(tenant_api, VOLCANO, tenant_ns, "pt")
+        groups = await compute_groups(compute_api, tenant_ns)
+        return (st.get("phase") == "Completed" and len(groups) == 1
+                and groups[0]["metadata"]["labels"].get(naming.UPSTREAM_UID_LABEL) == uid)
+
+    await eventually(lambda: completed(first["metadata"]["uid"]), timeout=60, what="first incarnation Completed")
+    (old,) = await compute_groups(compute_api, tenant_ns)
+    # The operator deletes the job (group and pods) and it is submitted again under the same names.
+    await custom.delete_namespaced_custom_object(*VOLCANO, tenant_ns, "podgroups", "pt")
+    for n in names:
+        await core.delete_namespaced_pod(n, tenant_ns, grace_period_seconds=0)
+
+    async def pods_gone() -> bool:
+        return not (await core.list_namespaced_pod(tenant_ns)).items
+
+    await eventually(pods_gone, timeout=30, what="old pods deleted")
+    t0 = time.monotonic()
+    second = await tenant_group(tenant_api, VOLCANO, tenant_ns, "pt", 4)
+    for n in names:
+        await core.create_namespaced_pod(tenant_ns, member(n, "volcano", "pt", duration="30s"))
+    assert time.monotonic() - t0 < 3
+
+    async def fresh_running() -> list[Any] | None:
+        groups = await compute_groups(compute_api, tenant_ns)
+        if [g["metadata"]["uid"] for g in groups if g["metadata"]["uid"] == old["metadata"]["uid"]]:
+            return None  # the old incarnation's group must be gone
+        mine = [g for g in groups if g["metadata"]["labels"].get(naming.UPSTREAM_UID_LABEL)
+                == second["metadata"]["uid"]]
+        return mine if mine and (mine[0].get("status") or {}).get("phase") == "Running" else None
+
+    (new,) = await eventually(fresh_running, timeout=30, what="second gang Running on a new compute PodGroup")
+    assert new["status"].get("succeeded", 0) == 0, "no count of the first incarnation leaks into the second"
+    assert (await status_of(tenant_api, VOLCANO, tenant_ns, "pt")).get("phase") == "Running"
