@@ -173,8 +173,8 @@ class PodReconciler:
         self.created_at[key] = (tp["metadata"]["uid"], time.monotonic())
         if refresh is not None:
             self.queue.add_after(key, max(refresh, 1.0))
-        if _gated(created):
-            await self._release(tp, created)
+        if _gated(created):  # released on the key's next pass: after a restart, creating the backlog comes first
+            self.queue.add(key)
 
     async def _release(self, tp: Obj, cp: Obj) -> None:
         """Mark the tenant pod Forwarded, then let the compute pod be scheduled. The mark outlives this

@@ -165,4 +165,8 @@ async def test_a_recreated_gang_gets_a_fresh_compute_group(tenant_api: client.Ap
 
     (new,) = await eventually(fresh_running, timeout=30, what="second gang Running on a new compute PodGroup")
     assert new["status"].get("succeeded", 0) == 0, "no count of the first incarnation leaks into the second"
-    assert (await status_of(tenant_api, VOLCANO, tenant_ns, "pt")).get("phase") == "Running"
+
+    async def tenant_running() -> bool:
+        return (await status_of(tenant_api, VOLCANO, tenant_ns, "pt")).get("phase") == "Running"
+
+    await eventually(tenant_running, timeout=30, what="the new tenant group Running")
