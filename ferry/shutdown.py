@@ -26,7 +26,8 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT)
 async def run_until_signalled(work: Coroutine[Any, Any, None], cleanup: Callable[[], Awaitable[None]],
                               grace_s: float = 3.0, bound_s: float = 4.5) -> None:
     """Run ``work`` until it ends or a stop signal arrives; then cancel it, give ``cleanup`` what is
-    left of ``grace_s``, and return. ``bound_s`` after the signal the process exits 0 regardless."""
+    left of ``grace_s``, and return. ``cleanup`` runs however the work ended (an error of the work is
+    raised after it). ``bound_s`` after the signal the process exits 0 regardless."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
 
@@ -43,13 +44,14 @@ async def run_until_signalled(work: Coroutine[Any, Any, None], cleanup: Callable
     stopper = asyncio.ensure_future(stop.wait())
     try:
         await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        if task.done():
-            task.result()  # the work ended by itself: its error, if any, is the process's
+        if task.done():  # the work ended by itself: clean up, then its error, if any, is the process's
+            await cleanup()
+            task.result()
             return
         log.info("stopping: cancelling work in flight")
         deadline = loop.time() + grace_s
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, TimeoutError, Exception):
+        with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.wait_for(asyncio.shield(task), max(0.1, deadline - loop.time()))
         with contextlib.suppress(Exception):
             await asyncio.wait_for(cleanup(), max(0.1, deadline - loop.time()))

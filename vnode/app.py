@@ -19,7 +19,7 @@ from ferry.health import make_app, serve
 from ferry.kube.rest import Rest, api_client
 from ferry.kube.workqueue import WorkQueue
 from ferry.shutdown import run_until_signalled
-from vnode import metrics, naming
+from vnode import gangs, metrics, naming
 from vnode.binder import Binder
 from vnode.caches import KUEUE_WORKLOADS, Caches
 from vnode.config import VnodeConfig
@@ -138,8 +138,7 @@ class Vnode:
             if found is None:
                 return None
             kind, group = found
-            api = "scheduling.volcano.sh/v1beta1" if kind == "volcano" else "scheduling.x-k8s.io/v1alpha1"
-            return {**group, "apiVersion": api, "kind": "PodGroup"}
+            return {**group, "apiVersion": gangs.api_version(kind), "kind": "PodGroup"}
         return None
 
     async def reflect_group(self, key: str) -> None:
@@ -234,9 +233,4 @@ async def main(cfg: VnodeConfig) -> None:
         await tenant_api.close()
         await compute_api.close()
 
-    try:
-        await run_until_signalled(vnode.run(), cleanup)
-    finally:
-        with contextlib.suppress(Exception):
-            await tenant_api.close()
-            await compute_api.close()
+    await run_until_signalled(vnode.run(), cleanup)

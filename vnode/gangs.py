@@ -45,6 +45,10 @@ def _gvr(kind: str) -> tuple[str, str, str]:
     return VOLCANO_PG if kind == "volcano" else PLUGINS_PG
 
 
+def api_version(kind: str) -> str:
+    return "/".join(_gvr(kind)[:2])
+
+
 class Gangs:
     def __init__(self, b: Bridge, tenant: Rest, compute: Rest, caches: Caches) -> None:
         self.b = b

@@ -79,15 +79,10 @@ async def _main(args: argparse.Namespace) -> None:
                 tg.create_task(elector.run())
 
     async def cleanup() -> None:
-        service.leading.clear()
         if elector is not None:
             await elector.release()  # a standby takes over now, not when the lease runs out
         with contextlib.suppress(Exception):
             await runner.cleanup()
         await api.close()
 
-    try:
-        await run_until_signalled(work(), cleanup)
-    finally:
-        with contextlib.suppress(Exception):
-            await api.close()
+    await run_until_signalled(work(), cleanup)

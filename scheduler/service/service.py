@@ -254,8 +254,8 @@ class SchedulerService:
             writes.append(self._explain(snap, job, reason, message, event))
         for job in [j for j in self._said if j not in snap.pods_of]:  # gone, or ended
             del self._said[job]
-        written = {d.job for d in result.decisions if isinstance(d, JobStatus | NotifyWillEvict | CancelEviction)}
-        written |= {d.job for d in result.decisions if isinstance(d, Evict)} | set(reasons)
+        written = {d.job for d in result.decisions
+                   if isinstance(d, JobStatus | NotifyWillEvict | CancelEviction | Evict)} | set(reasons)
         writes += self._sync_groups(snap, written)
         if writes:
             await asyncio.gather(*writes)
@@ -271,16 +271,14 @@ class SchedulerService:
             have = group.get("status") or {}
             want: dict[str, Any] = dict(counts.status())
             phase = counts.terminal_phase()
+            if all(have.get(k, 0) == v for k, v in want.items()) and phase in (None, have.get("phase")):
+                continue
             if phase is not None:
                 want["phase"] = phase
                 want["conditions"] = [{
                     "type": "Scheduled", "status": "True", "reason": "Finished",
                     "message": f"every member ended: {counts.succeeded} succeeded, {counts.failed} failed",
                     "lastTransitionTime": _now_iso()}]
-                if have.get("phase") == phase and all(have.get(k, 0) == v for k, v in counts.status().items()):
-                    continue
-            elif all(have.get(k, 0) == v for k, v in want.items()):
-                continue
             writes.append(self._patch_group_status(group, want))
         return writes
 

@@ -221,10 +221,12 @@ def build(nodes: dict[str, Obj], pods: dict[str, Obj], groups: dict[str, Obj], q
             continue
         job_key = f"{meta['namespace']}/{group}" if group else f"{meta['namespace']}/pod/{meta['name']}"
         members[job_key].append(pod)
-    for job_key, done in ended.items():
+    for job_key, done in ended.items():  # gangs whose every member ended (the rest are counted below)
+        if job_key in members:
+            continue
         ns, group_name = job_key.split("/", 1)
-        snap.group_of.setdefault(job_key, groups.get(f"{ns}/{group_name}"))
-        snap.counts[job_key] = gang_counts(members.get(job_key, []), done)
+        snap.group_of[job_key] = groups.get(f"{ns}/{group_name}")
+        snap.counts[job_key] = gang_counts([], done)
 
     cache = cache if cache is not None else ShapeCache()
     cache.keep_only(set(members))
