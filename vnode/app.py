@@ -104,6 +104,9 @@ class Vnode:
 
     async def mirror_event(self, key: str) -> None:
         """A compute-side Event about an owned pod appears on the tenant pod."""
+        if not self.caches.synced():  # its pod may not be cached yet: dropping it would lose it
+            self.events.add_after(key, 0.5)
+            return
         replayed = key in self._replayed
         self._replayed.discard(key)
         ev = self.caches.compute_events.store.get(key)
@@ -142,6 +145,9 @@ class Vnode:
         return None
 
     async def reflect_group(self, key: str) -> None:
+        if not self.caches.synced():
+            self.groups.add_after(key, 0.5)
+            return
         group = self.caches.compute_groups.store.get(key)
         if group is not None:
             await self.pods.gangs.reflect(group)
