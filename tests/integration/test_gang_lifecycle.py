@@ -3,12 +3,13 @@ terminal with counts on both sides when the job ends, one identity per incarnati
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
 
+from ferry.cluster.process import Component
 from tests.helpers import eventually
 from vnode import naming
 
@@ -38,6 +39,13 @@ async def tenant_group(api: client.ApiClient, crd: tuple[str, str], ns: str, nam
     return await client.CustomObjectsApi(api).create_namespaced_custom_object(
         *crd, ns, "podgroups", {"apiVersion": "/".join(crd), "kind": "PodGroup", "metadata": {"name": name},
                                 "spec": {"minMember": min_member}})
+
+
+async def _compute_pod_of(compute: client.ApiClient, tenant_uid: str) -> Any:
+    pods = (await client.CoreV1Api(compute).list_namespaced_pod(
+        "tenant-1", label_selector=f"{naming.UPSTREAM_UID_LABEL}={tenant_uid}")).items
+    assert len(pods) == 1, [p.metadata.name for p in pods]
+    return pods[0]
 
 
 async def compute_groups(compute: client.ApiClient, tenant_ns: str) -> list[Any]:
@@ -121,7 +129,24 @@ async def test_launcher_and_workers_gang_completes(tenant_api: client.ApiClient,
     assert job.status.succeeded == 1
 
 
-async def test_a_recreated_gang_gets_a_fresh_compute_group(tenant_api: client.ApiClient,
+async def _compute_event(compute: client.ApiClient, pod: Any, reason: str) -> None:
+    """An Event about a compute pod, as a kubelet or the scheduler would write it."""
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    await client.CoreV1Api(compute).create_namespaced_event("tenant-1", {
+        "metadata": {"generateName": f"{pod.metadata.name}."},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": pod.metadata.name, "namespace": "tenant-1",
+                           "uid": pod.metadata.uid},
+        "type": "Normal", "reason": reason, "message": f"about compute pod {pod.metadata.uid}",
+        "source": {"component": "test"}, "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1})
+
+
+async def _reasons_on(tenant: client.ApiClient, ns: str, uid: str) -> set[str]:
+    events = (await client.CoreV1Api(tenant).list_namespaced_event(
+        ns, field_selector=f"involvedObject.uid={uid}")).items
+    return {e.reason for e in events}
+
+
+async def test_a_recreated_gang_gets_a_fresh_compute_group(vnodes: dict[str, Component], tenant_api: client.ApiClient,
                                                           compute_api: client.ApiClient, tenant_ns: str) -> None:
     import time
 
@@ -140,6 +165,9 @@ async def test_a_recreated_gang_gets_a_fresh_compute_group(tenant_api: client.Ap
 
     await eventually(lambda: completed(first["metadata"]["uid"]), timeout=60, what="first incarnation Completed")
     (old,) = await compute_groups(compute_api, tenant_ns)
+    old_pod = await core.read_namespaced_pod(names[0], tenant_ns)
+    old_cpod = await _compute_pod_of(compute_api, old_pod.metadata.uid)
+    await _compute_event(compute_api, old_cpod, "OldGangEvent")
     # The operator deletes the job (group and pods) and it is submitted again under the same names.
     await custom.delete_namespaced_custom_object(*VOLCANO, tenant_ns, "podgroups", "pt")
     for n in names:
@@ -170,3 +198,27 @@ async def test_a_recreated_gang_gets_a_fresh_compute_group(tenant_api: client.Ap
         return (await status_of(tenant_api, VOLCANO, tenant_ns, "pt")).get("phase") == "Running"
 
     await eventually(tenant_running, timeout=30, what="the new tenant group Running")
+
+    # A restarted vnode reads every compute Event again; the old pod's Event names the compute pod name
+    # the new pod has now, but not its UID: it must not appear on the new tenant pod. An Event about the
+    # new pod, written while the vnode is down, is replayed in the same list and must appear; one more
+    # written after that one is mirrored comes behind both in the vnode's (FIFO) queue.
+    new_pod = await core.read_namespaced_pod(names[0], tenant_ns)
+    new_cpod = await _compute_pod_of(compute_api, new_pod.metadata.uid)
+    vnode = vnodes["tenant-1"]
+    vnode.stop()
+    await _compute_event(compute_api, new_cpod, "NewGangEvent")
+    vnode.start()
+    vnode.wait_ready()
+
+    def mirrored(reason: str) -> Any:
+        async def check() -> set[str] | None:
+            reasons = await _reasons_on(tenant_api, tenant_ns, new_pod.metadata.uid)
+            return reasons if reason in reasons else None
+        return check
+
+    await eventually(mirrored("NewGangEvent"), timeout=30, what="the replayed Event about the new pod mirrored")
+    await _compute_event(compute_api, new_cpod, "AfterReplay")
+    reasons = await eventually(mirrored("AfterReplay"), timeout=30, what="a later Event mirrored")
+    assert "OldGangEvent" not in reasons, reasons
+    assert "OldGangEvent" in await _reasons_on(tenant_api, tenant_ns, old_pod.metadata.uid), "it was mirrored once"

@@ -187,17 +187,20 @@ async def test_a_compute_pod_deleted_while_the_vnode_is_down_is_not_recreated(
     pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "64"}}
     uid = (await core.create_namespaced_pod(tenant_ns, pod)).metadata.uid
 
-    async def marked() -> bool:
-        p = await core.read_namespaced_pod("early", tenant_ns)
-        return any(c.type == "kubeferry.io/Forwarded" and c.status == "True" for c in p.status.conditions or [])
+    compute = Rest(compute_api)
 
-    await eventually(marked, timeout=30, interval=0.1, what="Forwarded mark upstream")
+    async def marked_and_released() -> list[Any] | None:
+        p = await core.read_namespaced_pod("early", tenant_ns)
+        if not any(c.type == "kubeferry.io/Forwarded" and c.status == "True" for c in p.status.conditions or []):
+            return None
+        cpods = (await compute.get(path("", "v1", "pods", "tenant-1"),
+                                   labelSelector=f"{naming.UPSTREAM_UID_LABEL}={uid}"))["items"]
+        return cpods if len(cpods) == 1 and not cpods[0]["spec"].get("schedulingGates") else None
+
+    cpods = await eventually(marked_and_released, timeout=30, interval=0.1,
+                             what="Forwarded mark upstream and the compute pod free to run")
     vnode = vnodes["tenant-1"]
     vnode.kill()
-    compute = Rest(compute_api)
-    cpods = (await compute.get(path("", "v1", "pods", "tenant-1"),
-                               labelSelector=f"{naming.UPSTREAM_UID_LABEL}={uid}"))["items"]
-    assert len(cpods) == 1 and not cpods[0]["spec"].get("schedulingGates"), "released once marked"
     await compute.delete(path("", "v1", "pods", "tenant-1", cpods[0]["metadata"]["name"]), {"gracePeriodSeconds": 0})
     vnode.start()
     vnode.wait_ready()
