@@ -1,8 +1,10 @@
-"""The kubelet API of the virtual node (TLS): ``/containerLogs`` streamed from the compute cluster.
+"""The kubelet API of the virtual node (TLS): ``/containerLogs`` streamed from the compute cluster;
+``/exec``, ``/attach`` and ``/portForward`` relayed to the compute pod (:mod:`vnode.streams`).
 
 Callers are authenticated like a kubelet does it (a client certificate from the tenant cluster's CA,
 else a bearer token checked by TokenReview) and authorised by SubjectAccessReview on
-``nodes/proxy`` (``nodes/log`` style paths map to it on real kubelets too). Log bytes are relayed
+``nodes/proxy`` (``nodes/log`` style paths map to it on real kubelets too; the verb follows the HTTP
+method: ``create`` for POST, as a kubelet does). Log bytes are relayed
 chunk by chunk; ``await write`` is the backpressure, so a slow reader never buffers a whole log.
 """
 
@@ -17,7 +19,7 @@ import structlog
 from aiohttp import web
 
 from ferry.kube.rest import Rest, path, status_of
-from vnode import naming
+from vnode import metrics, naming, streams
 
 Obj = dict[str, Any]
 LOG_PARAMS = ("follow", "tailLines", "sinceSeconds", "sinceTime", "timestamps", "previous", "limitBytes")
@@ -58,6 +60,13 @@ class KubeletAPI:
         app = web.Application()
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", self._logs)
+        for kind in ("exec", "attach"):
+            for tail in ("{container}", "{uid}/{container}"):
+                for method in ("GET", "POST"):
+                    app.router.add_route(method, f"/{kind}/{{namespace}}/{{pod}}/{tail}", self._stream)
+        for tail in ("", "/{uid}"):
+            for method in ("GET", "POST"):
+                app.router.add_route(method, f"/portForward/{{namespace}}/{{pod}}{tail}", self._stream)
         return app
 
     async def _healthz(self, _: web.Request) -> web.Response:
@@ -79,24 +88,60 @@ class KubeletAPI:
             return None
         return st["user"].get("username", ""), list(st["user"].get("groups") or [])
 
-    async def _allowed(self, user: str, groups: list[str]) -> bool:
+    async def _allowed(self, user: str, groups: list[str], verb: str) -> bool:
         review = await self.tenant.create(path("authorization.k8s.io", "v1", "subjectaccessreviews"), {
             "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
             "spec": {"user": user, "groups": groups, "resourceAttributes": {
-                "verb": "get", "resource": "nodes", "subresource": "proxy", "name": self.node}}})
+                "verb": verb, "resource": "nodes", "subresource": "proxy", "name": self.node}}})
         return bool(review.get("status", {}).get("allowed"))
 
-    async def _logs(self, request: web.Request) -> web.StreamResponse:
+    async def _refusal(self, request: web.Request) -> web.Response | None:
+        """401 / 403 / 404 for a caller who may not reach this pod through this node, else None."""
         who = await self._who(request)
         if who is None:
             return web.Response(status=401, text="Unauthorized")
-        if not await self._allowed(*who):
-            return web.Response(status=403, text=f"Forbidden (user={who[0]}, verb=get, resource=nodes, "
+        verb = "create" if request.method == "POST" else "get"
+        if not await self._allowed(*who, verb):
+            return web.Response(status=403, text=f"Forbidden (user={who[0]}, verb={verb}, resource=nodes, "
                                                  f"subresource=proxy)")
-        ns, name, container = (request.match_info[k] for k in ("namespace", "pod", "container"))
+        ns, name = request.match_info["namespace"], request.match_info["pod"]
         pod = self.tenant_pod(f"{ns}/{name}")
         if pod is None or pod.get("spec", {}).get("nodeName") != self.node:
             return web.Response(status=404, text=f"pod {ns}/{name} is not on node {self.node}")
+        uid = request.match_info.get("uid")
+        if uid and uid != pod["metadata"].get("uid"):
+            return web.Response(status=404, text=f"pod {ns}/{name} with UID {uid} is not on node {self.node}")
+        return None
+
+    async def _stream(self, request: web.Request) -> web.StreamResponse:
+        if (refused := await self._refusal(request)) is not None:
+            return refused
+        if "upgrade" not in request.headers.get("Connection", "").lower():
+            return web.Response(status=400, text="an upgrade request (SPDY or WebSocket) is required")
+        kind = request.path.split("/", 2)[1]
+        ns, name = request.match_info["namespace"], request.match_info["pod"]
+        cname = naming.compute_name(self.tenant_name, ns, name)
+        url = path("", "v1", "pods", self.compute_ns, cname, streams.SUBRESOURCE[kind])
+        query = streams.compute_query(request.query.items(), request.match_info.get("container"))
+        try:
+            upstream = await self.compute.upgrade(request.method, url, query,
+                                                  streams.negotiation_headers(request.headers.items()))
+        except (TimeoutError, OSError, ValueError) as exc:
+            return web.Response(status=502, text=f"compute cluster: {exc}")
+        if upstream.status != 101:
+            said = upstream.body[:500].decode(errors="replace")
+            return web.Response(status=upstream.status, text=f"compute cluster: {said}")
+        protocol = request.headers.get("Upgrade", "")
+        log.info("stream", kind=kind, protocol=protocol, pod=f"{ns}/{name}", compute_pod=cname)
+        metrics.STREAMS.labels(kind, protocol.lower()).inc()
+        await streams.relay(request, upstream)
+        # The connection is gone by now; aiohttp finds it closed and writes nothing.
+        return web.Response(status=101)
+
+    async def _logs(self, request: web.Request) -> web.StreamResponse:
+        if (refused := await self._refusal(request)) is not None:
+            return refused
+        ns, name, container = (request.match_info[k] for k in ("namespace", "pod", "container"))
         query: Obj = {"container": container}
         for k in LOG_PARAMS:
             if k in request.query:

@@ -21,3 +21,5 @@ COMPUTE_REACHABLE = Gauge("kube_ferry_vnode_compute_reachable", "1 while the com
                           registry=REGISTRY)
 GC_DELETED = Counter("kube_ferry_vnode_copies_collected_total", "Copied objects deleted as unused", ["kind"],
                      registry=REGISTRY)
+STREAMS = Counter("kube_ferry_vnode_streams_total", "exec / attach / port-forward streams relayed, by the protocol "
+                  "the tenant apiserver asked for", ["kind", "protocol"], registry=REGISTRY)

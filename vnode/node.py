@@ -117,6 +117,9 @@ class VirtualNode:
             ],
             "addresses": [{"type": "InternalIP", "address": self.ip}, {"type": "Hostname", "address": self.name}],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": self.port}},
+            # The kubelet API relays WebSocket upgrades as they come (vnode.streams): a 1.36+ apiserver
+            # may then pass kubectl's WebSocket streams through instead of translating them to SPDY.
+            "declaredFeatures": ["ExtendWebSocketsToKubelet"],
             "nodeInfo": {"kubeletVersion": VERSION, "kubeProxyVersion": "", "operatingSystem": "linux",
                          "architecture": "amd64", "containerRuntimeVersion": "kube-ferry://1",
                          "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "", "osImage": "Kube-Ferry"},

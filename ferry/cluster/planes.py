@@ -257,8 +257,19 @@ class ControlPlanes:
         # CRI log format, as kubelets store container logs (kwok parses it).
         pod_log.write_text("".join(f"2026-01-01T00:00:{i:02d}.000000000Z stdout F kube-ferry simulated workload: "
                                    f"line {i}\n" for i in range(1, 21)))
+        root, attach_log = self.dir / COMPUTE / "pod-root", self.dir / COMPUTE / "attach.log"
+        root.mkdir(exist_ok=True)
+        attach_log.touch()
+        # Simulated pods answer kubectl like real ones: exec runs the command on this machine in
+        # pod-root/ (so cp works), attach follows attach.log, every forwarded port echoes (cat).
         logs = (f"---\napiVersion: kwok.x-k8s.io/v1alpha1\nkind: ClusterLogs\nmetadata:\n  name: every-pod\n"
                 f"spec:\n  selector: {{}}\n  logs:\n  - logsFile: {pod_log}\n    follow: true\n"
+                f"---\napiVersion: kwok.x-k8s.io/v1alpha1\nkind: ClusterExec\nmetadata:\n  name: every-pod\n"
+                f"spec:\n  selector: {{}}\n  execs:\n  - local:\n      workDir: {root}\n"
+                f"---\napiVersion: kwok.x-k8s.io/v1alpha1\nkind: ClusterAttach\nmetadata:\n  name: every-pod\n"
+                f"spec:\n  selector: {{}}\n  attaches:\n  - logsFile: {attach_log}\n"
+                "---\napiVersion: kwok.x-k8s.io/v1alpha1\nkind: ClusterPortForward\nmetadata:\n  name: every-pod\n"
+                "spec:\n  selector: {}\n  forwards:\n  - command: [cat]\n"
                 # kwok plays pod stages 4 at a time by default: a ceiling of some 60 pods/s here.
                 "---\napiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:\n"
                 "  enableDebuggingHandlers: true\n"

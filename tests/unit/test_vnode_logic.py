@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from ferry.kube.workqueue import WorkQueue
-from vnode import naming, status
+from vnode import naming, status, streams
 from vnode.node import capacity
 from vnode.translate import Bridge, compute_pod, gang_of, needs_of, refusal, role_of
 
@@ -203,3 +203,24 @@ async def test_work_queue_retries_failures_with_backoff() -> None:
         await succeeded.wait()
     worker.cancel()
     assert calls == 3
+
+
+# ------------------------------------------------------------------ streams (exec / attach / port-forward)
+def test_kubelet_stream_query_becomes_the_api_query_in_order() -> None:
+    got = streams.compute_query([("command", "sh"), ("command", "-c"), ("command", "echo a b"), ("input", "1"),
+                                 ("output", "1"), ("error", "1"), ("tty", "0"), ("unknown", "x")], "main")
+    assert got == [("container", "main"), ("command", "sh"), ("command", "-c"), ("command", "echo a b"),
+                   ("stdin", "1"), ("stdout", "1"), ("stderr", "1"), ("tty", "0")]
+    assert streams.compute_query([("port", "8080"), ("port", "9090")], None) == [("ports", "8080"), ("ports", "9090")]
+
+
+def test_stream_headers_carry_negotiation_but_never_credentials() -> None:
+    sent = streams.negotiation_headers([("Authorization", "Bearer secret"), ("Connection", "Upgrade"),
+                                        ("Upgrade", "SPDY/3.1"), ("X-Stream-Protocol-Version", "v4.channel.k8s.io"),
+                                        ("X-Stream-Protocol-Version", "v3.channel.k8s.io"), ("Cookie", "c")])
+    assert sent == [("Connection", "Upgrade"), ("Upgrade", "SPDY/3.1"),
+                    ("X-Stream-Protocol-Version", "v4.channel.k8s.io"),
+                    ("X-Stream-Protocol-Version", "v3.channel.k8s.io")]
+    head = streams.switching_protocols([("Upgrade", "websocket"), ("Content-Length", "0"),
+                                        ("Sec-WebSocket-Accept", "abc")])
+    assert head == b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: abc\r\n\r\n"
