@@ -47,7 +47,8 @@ class Vnode:
         self.compute = compute
         self.caches = Caches(self.b, tenant, compute, tenant_crds)
         self.recorder = Recorder(tenant, "kube-ferry-vnode", cfg.node)
-        self.pods = PodReconciler(self.b, tenant, compute, self.caches, self.recorder, cfg.node_ip, cfg.pod_security)
+        self.pods = PodReconciler(self.b, tenant, compute, self.caches, self.recorder, cfg.node_ip, cfg.pod_security,
+                                  cfg.token_refresh_at)
         self.binder = Binder(cfg.node, cfg.served_schedulers, tenant, self.caches, self.pods.gangs,
                              kueue_present=KUEUE_WORKLOADS in tenant_crds)
         self.node = VirtualNode(cfg.node, cfg.tenant, cfg.node_ip, cfg.kubelet_port, tenant, self.caches,

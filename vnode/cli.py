@@ -40,6 +40,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--unreachable-after", type=float, default=10.0,
                    help="seconds the compute API must fail before the node reports it unreachable (a starting "
                         "apiserver answers 429 for a moment)")
+    p.add_argument("--token-refresh-at", type=float, default=0.8,
+                   help="renew a pod's ServiceAccount token after this share of its life (kubelets: 0.8)")
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=run)
 
@@ -61,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
             client_ca=args.client_ca, metrics_address=args.metrics_address, metrics_port=args.metrics_port,
             max_pods=args.max_pods, workers=args.workers, heartbeat_s=args.heartbeat,
             gc_interval_s=args.gc_interval, gc_min_age_s=args.gc_min_age,
-            unreachable_after_s=args.unreachable_after,
+            unreachable_after_s=args.unreachable_after, token_refresh_at=args.token_refresh_at,
         )
     except ValidationError as exc:
         err = exc.errors()[0]

@@ -34,6 +34,7 @@ class VnodeConfig(BaseModel):
     gc_interval_s: float = Field(30.0, gt=0)  # between sweeps for unused copies
     gc_min_age_s: float = Field(60.0, ge=5)  # a younger unused copy may be for a pod being created
     unreachable_after_s: float = Field(10.0, ge=0)  # compute API failing this long before the node says so
+    token_refresh_at: float = Field(0.8, gt=0, lt=1)  # share of a token's life after which it is renewed
 
     @field_validator("tenant_kubeconfig", "compute_kubeconfig")
     @classmethod

@@ -35,8 +35,9 @@ def _ts(text: str) -> float:
 
 
 class Copies:
-    def __init__(self, b: Bridge, tenant: Rest, compute: Rest, caches: Caches) -> None:
+    def __init__(self, b: Bridge, tenant: Rest, compute: Rest, caches: Caches, token_refresh_at: float = 0.8) -> None:
         self.b = b
+        self.token_refresh_at = token_refresh_at
         self.tenant = tenant
         self.compute = compute
         self.caches = caches
@@ -122,7 +123,7 @@ class Copies:
         if have is not None:
             ann = have["metadata"].get("annotations") or {}
             issued, expires = float(ann.get(TOKEN_ISSUED, 0)), float(ann.get(TOKEN_EXPIRES, 0))
-            refresh_at = issued + 0.8 * (expires - issued)
+            refresh_at = issued + self.token_refresh_at * (expires - issued)
             if now < refresh_at:
                 return refresh_at - now
         sa = spec.get("serviceAccountName") or "default"
@@ -154,7 +155,7 @@ class Copies:
         if have is not None:
             body["metadata"]["resourceVersion"] = have["metadata"]["resourceVersion"]
             self.caches.compute_secrets.remember(await self.compute.put(f"{url}/{name}", body), replaces=have)
-        return 0.8 * (expires - now)
+        return self.token_refresh_at * (expires - now)
 
     async def sweep(self, min_age_s: float) -> int:
         """Delete owned copies that no owned compute pod references any more (only after caches synced)

@@ -32,7 +32,7 @@ STRATEGIC = "application/strategic-merge-patch+json"
 
 class PodReconciler:
     def __init__(self, b: Bridge, tenant: Rest, compute: Rest, caches: Caches, recorder: Recorder,
-                 host_ip: str, pod_security: PodSecurity) -> None:
+                 host_ip: str, pod_security: PodSecurity, token_refresh_at: float = 0.8) -> None:
         self.b = b
         self.tenant = tenant
         self.compute = compute
@@ -40,7 +40,7 @@ class PodReconciler:
         self.events = recorder
         self.host_ip = host_ip
         self.pod_security = pod_security
-        self.copies = Copies(b, tenant, compute, caches)
+        self.copies = Copies(b, tenant, compute, caches, token_refresh_at)
         self.gangs = Gangs(b, tenant, compute, caches)
         # Retries are capped low: after an outage every failed key must come back within seconds.
         self.queue = WorkQueue("pods", max_delay=2.0)

@@ -537,3 +537,54 @@ async def test_node_capacity_follows_the_queue_maximum(tenant_api: client.ApiCli
     nodes = (await client.CoreV1Api(compute_api).list_node()).items
     total = sum(int(n.status.allocatable.get("nvidia.com/gpu", 0)) for n in nodes)
     await eventually(lambda: gpus(str(total)), timeout=20, what="allocatable back to the cluster's GPUs")
+
+
+async def test_service_account_token_is_renewed_before_it_expires(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str,
+        vnodes: dict[str, Component]) -> None:
+    """A projected token of 600 s (the apiserver's minimum) renewed at 2 % of its life: the compute
+    pod's token Secret holds a new valid token, bound to the same pod, within seconds — long before
+    the first one expires. Fails if renewal is never scheduled or writes a broken token."""
+    vnode = vnodes["tenant-1"]
+    vnode.stop()
+    vnode.spec.argv.append("--token-refresh-at=0.02")
+    try:
+        vnode.start()
+        vnode.wait_ready()
+        core = client.CoreV1Api(tenant_api)
+        body = tenant_pod("long-runner")
+        body["spec"]["volumes"] = [{"name": "tok", "projected": {"sources": [{"serviceAccountToken": {
+            "path": "token", "expirationSeconds": 600}}]}}]
+        body["spec"]["containers"][0]["volumeMounts"] = [{"name": "tok", "mountPath": "/var/run/tok"}]
+        uid = (await core.create_namespaced_pod(tenant_ns, body)).metadata.uid
+        await eventually(lambda: _with_phase(core, tenant_ns, "long-runner", "Running"), what="pod Running")
+        cpod = await compute_pod_of(compute_api, "tenant-1", uid)
+        secret = next(s.secret.name for v in cpod.spec.volumes if v.projected
+                      for s in v.projected.sources if s.secret and s.secret.name.endswith("-sa-token"))
+        ccore = client.CoreV1Api(compute_api)
+
+        async def token() -> str:
+            data = (await ccore.read_namespaced_secret(secret, "tenant-1")).data["token"]
+            return base64.b64decode(data).decode()
+
+        first = await token()
+        started = asyncio.get_running_loop().time()
+
+        async def renewed() -> str | None:
+            t = await token()
+            return t if t != first else None
+
+        second = await eventually(renewed, timeout=40, interval=0.5, what="a renewed token in the compute Secret")
+        took = asyncio.get_running_loop().time() - started
+        auth = client.AuthenticationV1Api(tenant_api)
+        for t in (first, second):  # the old one has not expired; the new one is for the same pod
+            review = await auth.create_token_review({"spec": {"token": t}})
+            assert review.status.authenticated, review.status.error
+            assert review.status.user.username == f"system:serviceaccount:{tenant_ns}:default"
+            assert review.status.user.extra["authentication.kubernetes.io/pod-uid"] == [uid]
+        assert took < 600 * 0.5, f"renewed after {took:.0f} s"
+    finally:
+        vnode.stop()
+        vnode.spec.argv.remove("--token-refresh-at=0.02")
+        vnode.start()
+        vnode.wait_ready()
