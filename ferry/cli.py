@@ -70,7 +70,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         if isinstance(pid, int) and pid_alive(pid) and pid != os.getpid():
             _die(f"{directory} is in use by a running `ferry up` (pid {pid}); run `ferry down --dir {directory}` first")
     shape = Shape(tenants=args.tenants, gpu_nodes=args.gpu_nodes, gpus_per_node=args.gpus_per_node,
-                  base_port=args.base_port)
+                  base_port=args.base_port, tenant_gpu_nodes=args.tenant_gpu_nodes)
     try:
         bins = binaries.ensure(_progress)
     except binaries.BuildError as exc:
@@ -122,7 +122,8 @@ def _detach(args: argparse.Namespace, directory: Path) -> int:
     (directory / "logs").mkdir(exist_ok=True)
     out = directory / "logs" / "up.log"
     argv = [sys.executable, "-m", "ferry", "up", "--dir", str(directory), "--tenants", str(args.tenants),
-            "--gpu-nodes", str(args.gpu_nodes), "--gpus-per-node", str(args.gpus_per_node), "--supervise"]
+            "--gpu-nodes", str(args.gpu_nodes), "--gpus-per-node", str(args.gpus_per_node),
+            "--tenant-gpu-nodes", str(args.tenant_gpu_nodes), "--supervise"]
     if args.base_port is not None:
         argv += ["--base-port", str(args.base_port)]
     if args.control_plane_only:
@@ -185,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tenants", type=_positive("--tenants", 0, 50), default=1)
     p.add_argument("--gpu-nodes", type=_positive("--gpu-nodes", 0, 10000), default=4)
     p.add_argument("--gpus-per-node", type=_positive("--gpus-per-node", 1, 64), default=8)
+    p.add_argument("--tenant-gpu-nodes", type=_positive("--tenant-gpu-nodes", 0, 1000), default=0,
+                   help="GPU nodes of each tenant's own: its pods run there first and overflow to the "
+                        "virtual node when they are full")
     p.add_argument("--base-port", type=_positive("--base-port", 1024, 65000), default=None,
                    help="use consecutive ports from here instead of free ones the kernel picks")
     p.add_argument("--detach", action="store_true", help="return once ready and leave everything running")

@@ -23,6 +23,11 @@ from vnode.status import now
 
 Obj = dict[str, Any]
 TAINT = {"key": "virtual-kubelet.io/provider", "value": "kube-ferry", "effect": "NoSchedule"}
+# Local first: a pod that tolerates the virtual node by its key does not tolerate this one, so the
+# tenant's scheduler scores the tenant's own nodes higher while they have room (TaintToleration) and
+# overflows to the shared cluster when they are full. Tolerating it too opts out of the preference.
+OVERFLOW_TAINT = {"key": "kubeferry.io/overflow", "value": "shared-cluster", "effect": "PreferNoSchedule"}
+TAINTS = (TAINT, OVERFLOW_TAINT)
 REACHABLE = "ComputeClusterReachable"
 VERSION = "v1.36.3-kube-ferry"
 LEASE_S = 40
@@ -75,7 +80,7 @@ class VirtualNode:
                 "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
                 "node.kubernetes.io/instance-type": "kube-ferry", "kubeferry.io/tenant": self.tenant_label,
                 "kubeferry.io/role": "virtual-node"}},
-            "spec": {"taints": [TAINT]},
+            "spec": {"taints": list(TAINTS)},
         }
 
     async def register(self) -> None:
@@ -87,8 +92,9 @@ class VirtualNode:
                 raise
             want = self._object()
             node = await self.rest.patch(f"{url}/{self.name}", {"metadata": {"labels": want["metadata"]["labels"]}})
-            taints = [t for t in node.get("spec", {}).get("taints") or [] if t.get("key") != TAINT["key"]]
-            node = await self.rest.patch(f"{url}/{self.name}", {"spec": {"taints": [*taints, TAINT]}})
+            ours = {t["key"] for t in TAINTS}
+            taints = [t for t in node.get("spec", {}).get("taints") or [] if t.get("key") not in ours]
+            node = await self.rest.patch(f"{url}/{self.name}", {"spec": {"taints": [*taints, *TAINTS]}})
         self._uid = node["metadata"]["uid"]
         await self.update_status(force=True)
         self.registered.set()

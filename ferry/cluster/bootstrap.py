@@ -18,7 +18,8 @@ async def _api(kubeconfig: Path) -> client.ApiClient:
     return await api_client(kubeconfig)
 
 
-async def create_gpu_nodes(kubeconfig: Path, count: int, gpus: int, concurrency: int = 16) -> None:
+async def create_gpu_nodes(kubeconfig: Path, count: int, gpus: int, concurrency: int = 16,
+                           prefix: str = "gpu-node") -> None:
     """Create (idempotently) ``count`` kwok GPU nodes with capacity and topology in their status."""
     api = await _api(kubeconfig)
     try:
@@ -26,7 +27,7 @@ async def create_gpu_nodes(kubeconfig: Path, count: int, gpus: int, concurrency:
         sem = asyncio.Semaphore(concurrency)
 
         async def one(i: int) -> None:
-            body = gpu_node(i, gpus)
+            body = gpu_node(i, gpus, prefix=prefix)
             async with sem:
                 try:
                     await core.create_node(body)

@@ -19,8 +19,8 @@ def nvlink_groups(gpus: int) -> list[list[int]]:
     return [list(range(i, min(i + size, gpus))) for i in range(0, gpus, size)] if gpus else []
 
 
-def gpu_node(index: int, gpus: int, model: str = "A100-SXM4-80GB") -> dict[str, Any]:
-    name = f"gpu-node-{index:04d}"
+def gpu_node(index: int, gpus: int, model: str = "A100-SXM4-80GB", prefix: str = "gpu-node") -> dict[str, Any]:
+    name = f"{prefix}-{index:04d}"
     resources = {
         "cpu": "64",
         "memory": "512Gi",

@@ -30,6 +30,7 @@ from ferry.cluster.process import (
 )
 
 COMPUTE = "compute"
+LOCAL_NODE_PREFIX = "local-gpu-node"  # a tenant's own GPU nodes (--tenant-gpu-nodes)
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 STATE_FILE = "state.json"
 ALWAYS_ALLOW = "/healthz,/readyz,/livez,/metrics"
@@ -47,12 +48,15 @@ class Shape:
     gpu_nodes: int = 4
     gpus_per_node: int = 8
     base_port: int | None = None
+    tenant_gpu_nodes: int = 0  # GPU nodes of each tenant's own (local first, the shared cluster when full)
 
     def validate(self) -> None:
         if not 0 <= self.tenants <= 50:
             raise ValueError(f"--tenants must be between 0 and 50, got {self.tenants}")
         if not 0 <= self.gpu_nodes <= 10000:
             raise ValueError(f"--gpu-nodes must be between 0 and 10000, got {self.gpu_nodes}")
+        if not 0 <= self.tenant_gpu_nodes <= 1000:
+            raise ValueError(f"--tenant-gpu-nodes must be between 0 and 1000, got {self.tenant_gpu_nodes}")
         if not 1 <= self.gpus_per_node <= 64:
             raise ValueError(f"--gpus-per-node must be between 1 and 64, got {self.gpus_per_node}")
         if self.base_port is not None and not 1024 <= self.base_port <= 65000:
@@ -110,6 +114,9 @@ class ControlPlanes:
                 if name != COMPUTE:
                     self._add(2, self._scheduler_spec(info, ports.take(f"{name} kube-scheduler")))
             self._add(2, self._kwok_spec(self.clusters[COMPUTE], ports.take("kwok kubelet API")))
+            if self.shape.tenant_gpu_nodes:
+                for name in self.tenant_names:
+                    self._add(2, self._kwok_spec(self.clusters[name], ports.take(f"{name} kwok kubelet API")))
         finally:
             ports.release()
 
@@ -138,12 +145,13 @@ class ControlPlanes:
                          cert=admin.cert, key=admin.key, user=f"{name}-admin")
         kubeconfig.write(folder / "controller-manager.kubeconfig", cluster=name, server=server,
                          ca=ca.cert_path, cert=kcm.cert, key=kcm.key, user="system:kube-controller-manager")
-        if name == COMPUTE:
+        if name == COMPUTE or self.shape.tenant_gpu_nodes:
             ca.issue("kwok-serving", "kwok", server=True, dns=("localhost",), ips=("127.0.0.1",))
             # kwok manages nodes and pods: status, leases and events across the cluster.
             kw = ca.issue("kwok", "kwok-controller", orgs=("system:masters",), client=True)
             kubeconfig.write(folder / "kwok.kubeconfig", cluster=name, server=server,
                              ca=ca.cert_path, cert=kw.cert, key=kw.key, user="kwok-controller")
+        if name == COMPUTE:
             for tenant in self.tenant_names:  # each vnode: its own identity, rights granted per namespace
                 vn = ca.issue(f"vnode-{tenant}", f"kube-ferry:vnode:{tenant}", orgs=("kube-ferry:vnodes",),
                               client=True)
@@ -252,12 +260,13 @@ class ControlPlanes:
         )
 
     def _kwok_spec(self, info: ClusterInfo, port: int) -> ComponentSpec:
-        stages = self.dir / COMPUTE / "kwok-stages.yaml"
-        pod_log = self.dir / COMPUTE / "pod.log"
+        """kwok for a cluster's simulated GPU nodes: the compute cluster's, or a tenant's own."""
+        home = self.dir / info.name
+        stages, pod_log = home / "kwok-stages.yaml", home / "pod.log"
         # CRI log format, as kubelets store container logs (kwok parses it).
         pod_log.write_text("".join(f"2026-01-01T00:00:{i:02d}.000000000Z stdout F kube-ferry simulated workload: "
                                    f"line {i}\n" for i in range(1, 21)))
-        root, attach_log = self.dir / COMPUTE / "pod-root", self.dir / COMPUTE / "attach.log"
+        root, attach_log = home / "pod-root", home / "attach.log"
         root.mkdir(exist_ok=True)
         attach_log.touch()
         # Simulated pods answer kubectl like real ones: exec runs the command on this machine in
@@ -278,7 +287,7 @@ class ControlPlanes:
         stages.write_text(resources.files("ferry.cluster").joinpath("stages/kwok-stages.yaml").read_text() + logs)
         p = info.pki
         return ComponentSpec(
-            name=f"{COMPUTE}-kwok",
+            name=f"{info.name}-kwok",
             argv=[
                 str(self.bin.path("kwok")),
                 f"--kubeconfig={p / 'kwok.kubeconfig'}", f"--config={stages}",
@@ -288,7 +297,7 @@ class ControlPlanes:
                 f"--server-address=127.0.0.1:{port}", f"--node-port={port}",
                 f"--tls-cert-file={p / 'kwok-serving.crt'}", f"--tls-private-key-file={p / 'kwok-serving.key'}",
             ],
-            log=self._log(f"{COMPUTE}-kwok"),
+            log=self._log(f"{info.name}-kwok"),
             probe=insecure_https_probe("127.0.0.1", port, "/healthz"),
             ports=(port,),
         )
@@ -394,9 +403,15 @@ class ControlPlanes:
         t0 = time.monotonic()
 
         async def run() -> None:
+            local = self.shape.tenant_gpu_nodes
             await bootstrap.create_gpu_nodes(compute, self.shape.gpu_nodes, self.shape.gpus_per_node)
+            for tenant in self.tenant_names if local else ():
+                await bootstrap.create_gpu_nodes(self.kubeconfig(tenant), local, self.shape.gpus_per_node,
+                                                 prefix=LOCAL_NODE_PREFIX)
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(bootstrap.wait_nodes_ready(compute, self.shape.gpu_nodes, timeout=120))
+                for tenant in self.tenant_names if local else ():
+                    tg.create_task(bootstrap.wait_nodes_ready(self.kubeconfig(tenant), local, timeout=120))
                 for name in [COMPUTE, *self.tenant_names]:
                     tg.create_task(bootstrap.wait_service_account(self.kubeconfig(name), "default", timeout=120))
 
