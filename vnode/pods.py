@@ -47,7 +47,7 @@ class PodReconciler:
         self.last_compute: dict[str, Obj] = {}  # tenant key -> last compute pod seen (for preemption)
         self.created = 0  # compute pods this process created (progress log)
         self.status_writes = 0
-        # tenant key -> (tenant UID, when) this process created its compute pod, until Forwarded is written
+        # tenant key -> (tenant UID, when) this process created its compute pod, until its first status write
         self.created_at: dict[str, tuple[str, float]] = {}
 
     # ------------------------------------------------------------------ keys
@@ -103,6 +103,9 @@ class PodReconciler:
         ckey = self.compute_key(ns, name)
         cp = self.caches.compute_pods.store.get(ckey)
         mine = tp is not None and tp.get("spec", {}).get("nodeName") == self.b.node
+        if cp is not None and cp["metadata"].get("deletionTimestamp") and _held(cp):
+            await self._deleted_while_held(tp if mine else None, cp)
+            return
         if tp is None or not mine:
             if cp is not None:
                 await self._delete_compute(cp, "orphan")
@@ -121,9 +124,8 @@ class PodReconciler:
             if cp is not None and not status.terminal(cp) and not cp["metadata"].get("deletionTimestamp"):
                 await self._delete_compute(cp, "tenant-terminal")
             return
-        created_here = key in self.created_at and self.created_at[key][0] == uid
-        if cp is None and (status.forwarded(tp) or created_here):
-            await self._lost(key, tp)  # forwarded (perhaps not yet marked so): never re-created silently
+        if cp is None and status.forwarded(tp):
+            await self._lost(key, tp)  # never re-created silently
             return
         if cp is None:
             await self._create(key, tp)
@@ -177,10 +179,11 @@ class PodReconciler:
             self.queue.add(key)
 
     async def _release(self, tp: Obj, cp: Obj) -> None:
-        """Mark the tenant pod Forwarded, then let the compute pod be scheduled. The mark outlives this
-        process, so a compute pod that disappears later -- even while the vnode is down -- fails the
-        tenant pod instead of being made again; one that disappears before the mark was still gated
-        and never ran, so making it again is safe."""
+        """Mark the tenant pod Forwarded, then lift the compute pod's hold (gate and finalizer) so it may
+        be scheduled. Both memories of 'created here' live in the clusters, not in this process: before
+        the mark, a deletion leaves the held copy Terminating until the vnode sees it; after, the mark
+        says a vanished copy was lost. Either way the tenant pod fails -- even if the vnode was down --
+        and nothing is made twice."""
         meta = tp["metadata"]
         if not status.forwarded(tp):
             updated = await self.tenant.patch(
@@ -192,8 +195,9 @@ class PodReconciler:
             metrics.STATUS_UPDATES.inc()
         cmeta = cp["metadata"]
         gates = [g for g in cp.get("spec", {}).get("schedulingGates") or [] if g.get("name") != FORWARDING_GATE]
+        finalizers = [f for f in cmeta.get("finalizers") or [] if f != FORWARDING_GATE]
         released = await self.compute.patch(path("", "v1", "pods", self.b.namespace, cmeta["name"]),
-                                            {"metadata": {"uid": cmeta["uid"]},
+                                            {"metadata": {"uid": cmeta["uid"], "finalizers": finalizers or None},
                                              "spec": {"schedulingGates": gates or None}})
         self.caches.compute_pods.remember(released, replaces=cp)
 
@@ -248,6 +252,25 @@ class PodReconciler:
         if reason == "Preempted":
             await self.events.emit(tp, "Warning", "Preempted", message)
 
+    async def _deleted_while_held(self, tp: Obj | None, cp: Obj) -> None:
+        """A held copy is being deleted. If the vnode did not ask for it (its tenant pod is alive, the same
+        incarnation, not terminal), someone removed the copy after it was created: the tenant pod fails as
+        it would for any lost copy. Then the hold goes and the copy with it."""
+        if (tp is not None and not tp["metadata"].get("deletionTimestamp") and not status.terminal(tp)
+                and cp["metadata"].get("labels", {}).get(naming.UPSTREAM_UID_LABEL) == tp["metadata"]["uid"]):
+            await self._fail(tp, "ComputePodLost", "the pod's copy in the compute cluster was deleted")
+        await self._drop_hold(cp)
+
+    async def _drop_hold(self, cp: Obj) -> None:
+        meta = cp["metadata"]
+        finalizers = [f for f in meta.get("finalizers") or [] if f != FORWARDING_GATE]
+        try:
+            await self.compute.patch(path("", "v1", "pods", self.b.namespace, meta["name"]),
+                                     {"metadata": {"uid": meta["uid"], "finalizers": finalizers or None}})
+        except Exception as exc:
+            if status_of(exc) not in (404, 409):
+                raise
+
     async def _deleting(self, tp: Obj, cp: Obj | None) -> None:
         """Tenant deletion: delete the compute pod with the same grace, then finish the tenant pod."""
         meta = tp["metadata"]
@@ -274,11 +297,18 @@ class PodReconciler:
         except Exception as exc:
             if status_of(exc) not in (404, 409):
                 raise
+        if _held(cp):
+            await self._drop_hold(cp)
         log.info("compute pod deleted", pod=meta["name"], why=why)
 
 
 def _gated(pod: Obj) -> bool:
     return any(g.get("name") == FORWARDING_GATE for g in pod.get("spec", {}).get("schedulingGates") or [])
+
+
+def _held(pod: Obj) -> bool:
+    """Still carries the forwarding finalizer (created, tenant pod not yet marked Forwarded)."""
+    return FORWARDING_GATE in (pod["metadata"].get("finalizers") or [])
 
 
 def _slim(pod: Obj) -> Obj:

@@ -193,8 +193,8 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
                 "runtimeClassName", "overhead"):
         spec.pop(key, None)
     spec["schedulerName"] = SCHEDULER_NAME
-    # Held until the tenant pod records that its copy exists (see pods.py): a copy deleted before
-    # that never ran, so making it again cannot run the pod twice.
+    # Held until the tenant pod records that its copy exists (see pods.py): the gate keeps it from
+    # running, the finalizer keeps a deletion in that window visible to the vnode, even across a restart.
     spec["schedulingGates"] = [{"name": FORWARDING_GATE}]
     spec["automountServiceAccountToken"] = False
     spec["enableServiceLinks"] = False
@@ -231,7 +231,8 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
         spec["imagePullSecrets"] = [{"name": rename_sec[r["name"]]} for r in spec["imagePullSecrets"]]
     return {
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": cname, "namespace": b.namespace, "labels": labels, "annotations": annotations},
+        "metadata": {"name": cname, "namespace": b.namespace, "labels": labels, "annotations": annotations,
+                     "finalizers": [FORWARDING_GATE]},
         "spec": spec,
     }
 

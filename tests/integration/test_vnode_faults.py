@@ -214,3 +214,56 @@ async def test_a_compute_pod_deleted_while_the_vnode_is_down_is_not_recreated(
     again = (await compute.get(path("", "v1", "pods", "tenant-1"),
                                labelSelector=f"{naming.UPSTREAM_UID_LABEL}={uid}"))["items"]
     assert again == [], "never re-created"
+
+
+async def test_a_copy_deleted_between_its_create_and_the_mark_fails_the_pod_across_a_restart(
+        planes: ControlPlanes, vnodes: dict[str, Component], tenant_api: client.ApiClient,
+        compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """The window between creating a compute pod and marking the tenant pod Forwarded, held open by
+    refusing the vnode its tenant status writes: the copy exists, held (gate + finalizer), the mark is
+    missing. Killed there, the copy deleted behind the stopped vnode, the vnode restarted: the tenant
+    pod fails ComputePodLost and nothing is made again."""
+    core = client.CoreV1Api(tenant_api)
+    tenant, compute = Rest(tenant_api), Rest(compute_api)
+    role_url = path("rbac.authorization.k8s.io", "v1", "clusterroles", name="kube-ferry-vnode")
+    role = await tenant.get(role_url)
+    rules = role["rules"]
+    await tenant.patch(role_url, {"rules": [r for r in rules if "pods/status" not in r.get("resources", [])]})
+    vnode = vnodes["tenant-1"]
+    try:
+        uid = (await core.create_namespaced_pod(tenant_ns, served_pod("in-window"))).metadata.uid
+
+        async def held_unmarked() -> list[Any] | None:
+            cpods = (await compute.get(path("", "v1", "pods", "tenant-1"),
+                                       labelSelector=f"{naming.UPSTREAM_UID_LABEL}={uid}"))["items"]
+            p = await core.read_namespaced_pod("in-window", tenant_ns)
+            marked = any(c.type == "kubeferry.io/Forwarded" for c in p.status.conditions or [])
+            return cpods if len(cpods) == 1 and cpods[0]["metadata"].get("finalizers") and not marked else None
+
+        cpods = await eventually(held_unmarked, timeout=30, what="a held compute pod, tenant pod not marked")
+        vnode.kill()
+        cname = cpods[0]["metadata"]["name"]
+        await compute.delete(path("", "v1", "pods", "tenant-1", cname), {"gracePeriodSeconds": 0})
+    finally:
+        await tenant.patch(role_url, {"rules": rules})
+        if not vnode.alive():
+            vnode.start()
+            vnode.wait_ready()
+
+    async def failed() -> Any:
+        p = await core.read_namespaced_pod("in-window", tenant_ns)
+        return p if p.status.phase == "Failed" else None
+
+    lost = await eventually(failed, timeout=30, what="tenant pod Failed after the restart")
+    assert lost.status.reason == "ComputePodLost"
+
+    async def copies() -> list[Any]:
+        return list((await compute.get(path("", "v1", "pods", "tenant-1"),
+                                       labelSelector=f"{naming.UPSTREAM_UID_LABEL}={uid}"))["items"])
+
+    await eventually(lambda: _none(copies()), timeout=20, what="the deleted copy gone once its hold is dropped")
+    assert await copies() == [], "never re-created"
+
+
+async def _none(items: Any) -> bool:
+    return not await items
