@@ -14,6 +14,7 @@ from pathlib import Path
 
 from scheduler.core.model import Cluster, Device, Job, Node, Queue, Request, Task
 from scheduler.core.scheduler import Scheduler
+from scheduler.sim.traces import TRACES
 
 
 def _cluster(nodes: int, gpus: int = 8, queues: int = 4) -> Cluster:
@@ -69,7 +70,7 @@ def bench_philly(path: Path, vc: Path) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--traces", type=Path, default=Path(__file__).resolve().parents[2].parent / "shared" / "traces")
+    parser.add_argument("--traces", type=Path, default=TRACES)
     parser.add_argument("--skip-philly", action="store_true")
     args = parser.parse_args()
     cyc = bench_cycle(3)

@@ -11,7 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from scheduler.sim import openb
-from scheduler.sim.traces import Problems
+from scheduler.sim.traces import TRACES, Problems
 
 VARIANTS = ("default", "gpushare40", "multigpu20", "gpuspec10", "cpu100")
 PUBLISHED = {"random": "01-Random", "gpupacking": "04-GpuPacking", "bestfit": "05-BestFit", "fgd": "06-FGD"}
@@ -28,7 +28,7 @@ def published(folder: Path) -> dict[tuple[str, str], list[float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--traces", type=Path,
-                        default=Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "openb")
+                        default=TRACES / "openb")
     parser.add_argument("--seeds", default="42-51")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--policies", default="bestfit,gpupacking,fgd,ferry")

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from scheduler.sim import philly
-from scheduler.sim.traces import Problems
+from scheduler.sim.traces import TRACES, Problems
 
 KEYS = ("avg_wait_s", "p50_wait_s", "p99_wait_s", "max_wait_s", "avg_jct_s", "gpu_utilization", "jain_fairness",
         "preemptions", "wasted_gpu_s", "big_jobs_p99_wait_s")
@@ -17,7 +17,7 @@ KEYS = ("avg_wait_s", "p50_wait_s", "p99_wait_s", "max_wait_s", "avg_jct_s", "gp
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--traces", type=Path,
-                        default=Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "philly")
+                        default=TRACES / "philly")
     parser.add_argument("--policies", default="fifo,volcano,ferry")
     parser.add_argument("--plots", type=Path, default=Path("build/plots"))
     args = parser.parse_args()

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
+# The traces the simulators and benchmarks use, shipped with the repository (data/traces/README.md).
+TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
 
 
 class TraceError(ValueError):

@@ -12,12 +12,10 @@ import pytest
 
 from scheduler.sim import openb, philly
 from scheduler.sim.gorand import GoRand
-from scheduler.sim.traces import Problems, TraceError
+from scheduler.sim.traces import TRACES, Problems, TraceError
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces"
-OPENB = SHARED / "openb"
-PHILLY = SHARED / "philly"
-needs_traces = pytest.mark.skipif(not OPENB.exists(), reason="shared/traces is not beside the checkout")
+OPENB = TRACES / "openb"
+PHILLY = TRACES / "philly"
 
 
 def test_go_rand_matches_go(tmp_path: Path) -> None:
@@ -46,7 +44,6 @@ def _published(policy: str, seed: int, workload: str = "openb_pod_list_default")
     raise KeyError(policy)
 
 
-@needs_traces
 @pytest.mark.parametrize(("policy", "published"), [("bestfit", "05-BestFit"), ("gpupacking", "04-GpuPacking")])
 def test_openb_reproduces_published_curve_exactly(policy: str, published: str) -> None:
     problems = Problems([])
