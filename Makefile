@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 DEMO_DIR ?= .demo
 
 .PHONY: all venv binaries test test-unit test-integration lint typecheck demo demo-down \
-        bench-core bench-openb bench-philly bench-scheduler bench-bridge clean
+        bench-core bench-openb bench-philly bench-scheduler bench-bridge image clean
 
 all: test
 
@@ -61,6 +61,11 @@ bench-scheduler: binaries
 
 bench-bridge: binaries
 	$(BIN)/python -m vnode.bench
+
+## The container image (OCI layout in build/image/oci), built without a container engine and checked.
+image: $(STAMP)
+	@command -v mmdebstrap >/dev/null && command -v umoci >/dev/null || apt-get install -y --no-install-recommends mmdebstrap umoci
+	$(BIN)/python -m ferry.image
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache .mypy_cache .ruff_cache

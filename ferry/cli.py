@@ -178,7 +178,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 # -------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
+    from ferry import __version__
+
     parser = argparse.ArgumentParser(prog="ferry", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"ferry {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("up", help="start local control planes (compute + tenants) and Kube-Ferry")

@@ -14,7 +14,8 @@ from vnode.config import DEFAULT_SERVED
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("vnode", help="run the virtual node of one tenant cluster")
     p.add_argument("--tenant", required=True, help="tenant name (lower-case DNS label)")
-    p.add_argument("--tenant-kubeconfig", type=Path, required=True)
+    p.add_argument("--tenant-kubeconfig", type=Path,
+                   help="default: the pod's ServiceAccount (the vnode runs in the tenant cluster)")
     p.add_argument("--compute-kubeconfig", type=Path, required=True)
     p.add_argument("--node-name", default="", help="virtual Node name (default ferry-<tenant>)")
     p.add_argument("--compute-namespace", default="", help="the tenant's compute namespace (default <tenant>)")

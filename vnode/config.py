@@ -13,7 +13,7 @@ DEFAULT_SERVED = ("kube-ferry", "volcano", "scheduler-plugins", "scheduler-plugi
 
 class VnodeConfig(BaseModel):
     tenant: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
-    tenant_kubeconfig: Path
+    tenant_kubeconfig: Path | None = None  # None: in-cluster
     compute_kubeconfig: Path
     node_name: str = ""  # default ferry-<tenant>
     compute_namespace: str = ""  # default: the tenant's name
@@ -38,8 +38,8 @@ class VnodeConfig(BaseModel):
 
     @field_validator("tenant_kubeconfig", "compute_kubeconfig")
     @classmethod
-    def _exists(cls, p: Path) -> Path:
-        if not p.exists():
+    def _exists(cls, p: Path | None) -> Path | None:
+        if p is not None and not p.exists():
             raise ValueError(f"{p} does not exist")
         return p
 

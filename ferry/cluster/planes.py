@@ -316,17 +316,17 @@ class ControlPlanes:
         namespace + Queue per tenant; in each tenant cluster the vnode's rights and PodGroup CRDs of the
         gang conventions it plays. Idempotent (server-side apply)."""
         crds = MANIFESTS / "crds"
-        self._kubectl(COMPUTE, "apply", "--server-side", "-f", str(crds))
-        self._kubectl(COMPUTE, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(crds))
-        self._kubectl(COMPUTE, "apply", "--server-side", "-f", str(MANIFESTS / "default-queue.yaml"),
-                      "-f", str(MANIFESTS / "rbac" / "vnode-compute.yaml"))
+        self._kubectl(COMPUTE, "apply", "--server-side", "-k", str(crds))
+        self._kubectl(COMPUTE, "wait", "--for=condition=Established", "--timeout=60s", *_files(crds))
+        self._kubectl(COMPUTE, "apply", "--server-side", "-f", str(MANIFESTS / "compute" / "default-queue.yaml"),
+                      "-f", str(MANIFESTS / "compute" / "rbac-vnode.yaml"))
         template = (MANIFESTS / "tenant-template.yaml").read_text()
         for tenant in self.tenant_names:
             self._kubectl(COMPUTE, "apply", "--server-side", "-f", "-", stdin=template.replace("${TENANT}", tenant))
             tcrds = MANIFESTS / "tenant-crds"
-            self._kubectl(tenant, "apply", "--server-side", "-f", str(tcrds),
-                          "-f", str(MANIFESTS / "rbac" / "vnode-tenant.yaml"))
-            self._kubectl(tenant, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(tcrds))
+            self._kubectl(tenant, "apply", "--server-side", "-k", str(tcrds))
+            self._kubectl(tenant, "apply", "--server-side", "-f", str(MANIFESTS / "tenant" / "rbac-vnode.yaml"))
+            self._kubectl(tenant, "wait", "--for=condition=Established", "--timeout=60s", *_files(tcrds))
 
     def add_scheduler(self, name: str = "kube-ferry-scheduler", extra: tuple[str, ...] = ()) -> Component:
         """The Kube-Ferry scheduler service as a supervised component (started with the rest)."""
@@ -448,6 +448,11 @@ class ControlPlanes:
 
     def remove_state(self) -> None:
         (self.dir / STATE_FILE).unlink(missing_ok=True)
+
+
+def _files(kustomization: Path) -> list[str]:
+    """``-f`` arguments for the objects of a kustomization folder (``kubectl wait`` has no ``-k``)."""
+    return [a for f in sorted(kustomization.glob("*.yaml")) if f.name != "kustomization.yaml" for a in ("-f", str(f))]
 
 
 def read_state(directory: Path) -> dict[str, object] | None:

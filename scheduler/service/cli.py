@@ -13,7 +13,7 @@ from pathlib import Path
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("scheduler", help="run the gang / queue scheduler against the compute cluster")
-    p.add_argument("--kubeconfig", type=Path, required=True)
+    p.add_argument("--kubeconfig", type=Path, help="default: the pod's ServiceAccount (in-cluster)")
     p.add_argument("--metrics-address", default="127.0.0.1")
     p.add_argument("--metrics-port", type=int, default=10259)
     p.add_argument("--leader-elect", action="store_true", help="schedule only while holding the Lease")
@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from ferry import log as flog
 
     flog.configure(args.log_level, json=True)
-    if not args.kubeconfig.exists():
+    if args.kubeconfig is not None and not args.kubeconfig.exists():
         print(f"ferry: error: kubeconfig {args.kubeconfig} does not exist", file=sys.stderr)
         return 1
     with contextlib.suppress(KeyboardInterrupt):

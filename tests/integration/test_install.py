@@ -1,0 +1,147 @@
+"""The manifests as a platform admin installs them (kustomize, server-side apply), and the
+ServiceAccounts they create: the scheduler and a vnode run on those tokens alone — no admin
+credentials — and do their whole job; the same tokens are refused what they do not need."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from ferry.cluster.planes import COMPUTE, MANIFESTS, ControlPlanes
+from ferry.cluster.process import Component
+from ferry.kube.rest import JSON, MERGE, Rest, api_client, path
+from tests.helpers import eventually
+from tests.integration.test_gang_lifecycle import VOLCANO, member, status_of, tenant_group
+
+pytestmark = pytest.mark.usefixtures("vnodes")
+SYSTEM = "kube-ferry-system"
+
+
+def kubectl(planes: ControlPlanes, cluster: str, *args: str, stdin: str | None = None) -> str:
+    res = subprocess.run([str(planes.bin.path("kubectl")), f"--kubeconfig={planes.kubeconfig(cluster)}", *args],
+                         input=stdin, capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 0, f"kubectl {' '.join(args)}: {res.stderr}"
+    return res.stdout
+
+
+def token_kubeconfig(planes: ControlPlanes, cluster: str, namespace: str, account: str, out: Path) -> Path:
+    """A kubeconfig holding only a token of ``namespace/account`` (minted as a kubelet would)."""
+    token = kubectl(planes, cluster, "-n", namespace, "create", "token", account, "--duration=1h").strip()
+    info = planes.clusters[cluster]
+    out.write_text(f"apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {info.server}\n"
+                   f"    certificate-authority: {info.pki / 'ca.crt'}\nusers:\n- name: u\n  user:\n"
+                   f"    token: {token}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u}}\n"
+                   f"current-context: c\n")
+    return out
+
+
+@pytest.fixture(scope="module")
+def installed(planes: ControlPlanes, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Both bases applied (server-side dry-run first, then for real) and a kubeconfig per identity. A
+    dry run cannot create a namespace for the objects after it, so the namespaces go first."""
+    kubectl(planes, COMPUTE, "apply", "--server-side", "-f", str(MANIFESTS / "compute" / "namespace.yaml"))
+    kubectl(planes, "tenant-1", "apply", "--server-side", "-f", str(MANIFESTS / "tenant" / "namespace.yaml"))
+    for cluster, base in ((COMPUTE, "crds"), (COMPUTE, "compute"), ("tenant-1", "tenant")):
+        kubectl(planes, cluster, "apply", "--server-side", "--dry-run=server", "-k", str(MANIFESTS / base))
+        kubectl(planes, cluster, "apply", "--server-side", "-k", str(MANIFESTS / base))
+    template = (MANIFESTS / "tenant-template.yaml").read_text().replace("${TENANT}", "tenant-1")
+    kubectl(planes, COMPUTE, "apply", "--server-side", "-f", "-", stdin=template)
+    out = tmp_path_factory.mktemp("identities")
+    return {
+        "scheduler": token_kubeconfig(planes, COMPUTE, SYSTEM, "kube-ferry-scheduler", out / "scheduler"),
+        "vnode-compute": token_kubeconfig(planes, COMPUTE, "tenant-1", "kube-ferry-vnode", out / "vnode-compute"),
+        "vnode-tenant": token_kubeconfig(planes, "tenant-1", SYSTEM, "kube-ferry-vnode", out / "vnode-tenant"),
+    }
+
+
+def _swapped(original: Component, name: str, overrides: list[str]) -> Component:
+    """The same process under another identity (later flags win)."""
+    log = original.spec.log.with_name(f"{name}.log")
+    return Component(dataclasses.replace(original.spec, name=name, argv=[*original.spec.argv, *overrides], log=log))
+
+
+async def test_the_scheduler_and_a_vnode_do_their_job_on_service_account_tokens_alone(
+        planes: ControlPlanes, installed: dict[str, Path], vnodes: dict[str, Component],
+        ferry_scheduler: Component, tenant_api: client.ApiClient, compute_api: client.ApiClient,
+        tenant_ns: str) -> None:
+    schedulers = [c for n, c in planes.components.items() if n.startswith("kube-ferry-scheduler") and c.alive()]
+    scheduler = _swapped(ferry_scheduler, "kube-ferry-scheduler-rbac",
+                         [f"--kubeconfig={installed['scheduler']}", "--identity=rbac"])
+    vnode = _swapped(vnodes["tenant-1"], "tenant-1-vnode-rbac",
+                     [f"--tenant-kubeconfig={installed['vnode-tenant']}",
+                      f"--compute-kubeconfig={installed['vnode-compute']}"])
+    for c in [*schedulers, vnodes["tenant-1"]]:
+        c.stop()
+    try:
+        scheduler.start()
+        vnode.start()
+        scheduler.wait_ready()
+        vnode.wait_ready()
+        # A Volcano gang from an operator's pods: the vnode binds them, admits the group, copies the pods
+        # and their gang down; the scheduler binds the gang and reports; status and logs come back up.
+        core = client.CoreV1Api(tenant_api)
+        await tenant_group(tenant_api, VOLCANO, tenant_ns, "job", 2)
+        for i in range(2):
+            await core.create_namespaced_pod(tenant_ns, member(f"job-w-{i}", "volcano", "job", duration="3s"))
+
+        async def completed() -> dict[str, Any] | None:
+            st = await status_of(tenant_api, VOLCANO, tenant_ns, "job")
+            return st if st.get("phase") == "Completed" else None
+
+        st = await eventually(completed, timeout=60, what="the gang Completed through SA-token components")
+        assert st.get("succeeded") == 2, st
+        logs = kubectl(planes, "tenant-1", "logs", "-n", tenant_ns, "job-w-0")
+        assert "simulated workload" in logs
+        queue = await Rest(compute_api).get(path("scheduling.kubeferry.io", "v1alpha1", "queues", name="tenant-1"))
+        assert "allocated" in (queue.get("status") or {}), "the scheduler writes Queue status"
+        refused = [ln for c in (scheduler, vnode) for ln in c.spec.log.read_text().splitlines()
+                   if re.search(r'"status": 403|Forbidden', ln)]
+        assert not refused, refused[:3]
+    finally:
+        scheduler.stop()
+        vnode.stop()
+        for c in [*schedulers, vnodes["tenant-1"]]:
+            c.start()
+        for c in [*schedulers, vnodes["tenant-1"]]:
+            c.wait_ready()
+
+
+async def _status(kubeconfig: Path, method: str, url: str, body: dict[str, Any] | None = None) -> int:
+    api = await api_client(kubeconfig)
+    try:
+        resp = await Rest(api).raw(method, url, body, content_type=MERGE if method == "PATCH" else JSON)
+        resp.release()
+        return int(resp.status)
+    except ApiException as exc:
+        return int(exc.status)
+    finally:
+        await api.close()
+
+
+@pytest.mark.parametrize(("who", "method", "url"), [
+    ("scheduler", "GET", "/api/v1/secrets"),
+    ("scheduler", "GET", "/api/v1/namespaces/kube-system/configmaps"),
+    ("scheduler", "POST", "/api/v1/namespaces/tenant-1/pods"),
+    ("scheduler", "DELETE", "/api/v1/nodes/gpu-node-0000"),
+    ("scheduler", "PUT", "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/someone-else"),
+    ("vnode-compute", "GET", "/api/v1/namespaces/tenant-2/pods"),
+    ("vnode-compute", "GET", "/api/v1/namespaces/tenant-2/secrets"),
+    ("vnode-compute", "GET", "/api/v1/namespaces/kube-system/secrets"),
+    ("vnode-compute", "GET", "/api/v1/secrets"),
+    ("vnode-compute", "POST", "/api/v1/nodes"),
+    ("vnode-compute", "PATCH", "/apis/scheduling.kubeferry.io/v1alpha1/queues/tenant-1"),
+    ("vnode-compute", "POST", "/api/v1/namespaces/tenant-2/pods/x/exec"),
+    ("vnode-tenant", "DELETE", "/api/v1/namespaces/default"),
+    ("vnode-tenant", "POST", "/api/v1/namespaces/default/secrets"),
+    ("vnode-tenant", "POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles"),
+])
+async def test_the_service_accounts_are_refused_what_they_do_not_need(
+        installed: dict[str, Path], who: str, method: str, url: str) -> None:
+    assert await _status(installed[who], method, url, {} if method in ("POST", "PUT", "PATCH") else None) == 403
