@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from ferry import log as flog
 
@@ -166,17 +166,97 @@ def cmd_down(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     import json
 
-    from ferry.cluster.planes import read_state
+    if args.dir is not None:  # the local control planes of `ferry up`
+        from ferry.cluster.planes import read_state
 
-    state = read_state(Path(args.dir).resolve())
-    if state is None:
-        print("not running")
-        return 1
-    print(json.dumps(state, indent=2))
+        state = read_state(Path(args.dir).resolve())
+        if state is None:
+            print("not running")
+            return 1
+        print(json.dumps(state, indent=2))
+        return 0
+    from ferry import status
+
+    view = _against_cluster(args, status.collect)
+    _print(view, args.output, lambda v: status.render(v, args.output == "wide"))
     return 0
 
 
+def cmd_why_pending(args: argparse.Namespace) -> int:
+    from ferry import whypending
+
+    async def verdict(rest: Any) -> Any:
+        return await whypending.explain(rest, args.namespace or _default_namespace(args), args.target)
+
+    try:
+        found = _against_cluster(args, verdict)
+    except LookupError as exc:
+        _die(str(exc))
+    _print(found.as_dict(), args.output, lambda _: found.text())
+    return 0
+
+
+def _kubeconfig(args: argparse.Namespace) -> Path:
+    path = args.kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or str(Path.home() / ".kube/config")
+    if not Path(path).exists():
+        _die(f"kubeconfig {path} does not exist (set --kubeconfig or KUBECONFIG)")
+    return Path(path)
+
+
+def _default_namespace(args: argparse.Namespace) -> str:
+    """The kubeconfig context's namespace, as kubectl would use it."""
+    import yaml
+
+    conf = yaml.safe_load(_kubeconfig(args).read_text()) or {}
+    name = args.context or conf.get("current-context")
+    ctx = next((c.get("context") or {} for c in conf.get("contexts") or [] if c.get("name") == name), {})
+    return str(ctx.get("namespace") or "default")
+
+
+def _against_cluster(args: argparse.Namespace, work: Any) -> Any:
+    """Run ``work(rest)`` against the cluster the kubeconfig (and --context) names; exit on API errors."""
+    import asyncio
+
+    from ferry.kube.rest import Rest, api_client
+
+    async def run() -> Any:
+        api = await api_client(_kubeconfig(args), context=args.context)
+        try:
+            return await work(Rest(api))
+        finally:
+            await api.close()
+
+    try:
+        return asyncio.run(run())
+    except LookupError:
+        raise
+    except Exception as exc:
+        _die(f"cannot read the cluster: {getattr(exc, 'reason', None) or exc}")
+
+
+def _print(data: Any, output: str | None, text: Any) -> None:
+    import json
+
+    if output == "json":
+        print(json.dumps(data, indent=2))
+    elif output == "yaml":
+        import yaml
+
+        print(yaml.safe_dump(data, sort_keys=False), end="")
+    else:
+        print(text(data))
+
+
 # -------------------------------------------------------------------- parser
+def _cluster_flags(p: argparse.ArgumentParser, outputs: tuple[str, ...]) -> None:
+    p.add_argument("--kubeconfig", help="default: $KUBECONFIG, then ~/.kube/config")
+    p.add_argument("--context", help="kubeconfig context (default: its current context)")
+    p.add_argument("-n", "--namespace", help="default: the context's namespace")
+    p.add_argument("-A", "--all-namespaces", action="store_true", help="accepted for kubectl habits; views are "
+                                                                        "cluster-wide already")
+    p.add_argument("-o", "--output", choices=outputs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from ferry import __version__
 
@@ -205,9 +285,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dir", required=True)
     p.set_defaults(func=cmd_down)
 
-    p = sub.add_parser("status", help="print the state of a `ferry up` in DIR")
-    p.add_argument("--dir", required=True)
+    p = sub.add_parser("status", help="queues of the compute cluster or the virtual node of a tenant cluster "
+                                      "(with --dir: the state of a `ferry up` in DIR)")
+    p.add_argument("--dir", help="print the state of the local control planes in DIR instead")
+    _cluster_flags(p, outputs=("wide", "json", "yaml"))
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("why-pending", help="why a pod or podgroup/NAME is not running, and what would let it run")
+    p.add_argument("target", metavar="POD|podgroup/NAME")
+    _cluster_flags(p, outputs=("json", "yaml"))
+    p.set_defaults(func=cmd_why_pending)
 
     p = sub.add_parser("binaries", help="build (or find cached) kube-apiserver, etcd, kwok; print their folder")
     p.add_argument("--rebuild", action="store_true")

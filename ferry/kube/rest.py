@@ -26,14 +26,14 @@ MERGE = "application/merge-patch+json"
 JSON = "application/json"
 
 
-async def api_client(kubeconfig: Path | None, pool: int = 100) -> ApiClient:
+async def api_client(kubeconfig: Path | None, pool: int = 100, context: str | None = None) -> ApiClient:
     """A client with room for ``pool`` concurrent requests (the library default is a handful); without a
     kubeconfig, the pod's own ServiceAccount (in-cluster, token re-read as the kubelet rotates it)."""
     conf = Configuration()
     if kubeconfig is None:
         kconfig.load_incluster_config(client_configuration=conf)
     else:
-        await kconfig.load_kube_config(config_file=str(kubeconfig), client_configuration=conf)
+        await kconfig.load_kube_config(config_file=str(kubeconfig), client_configuration=conf, context=context)
     conf.connection_pool_maxsize = pool
     return without_env_lookups(ApiClient(conf))
 

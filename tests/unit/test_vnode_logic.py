@@ -224,3 +224,20 @@ def test_stream_headers_carry_negotiation_but_never_credentials() -> None:
     head = streams.switching_protocols([("Upgrade", "websocket"), ("Content-Length", "0"),
                                         ("Sec-WebSocket-Accept", "abc")])
     assert head == b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: abc\r\n\r\n"
+
+
+# ------------------------------------------------------------------ kubectl ferry views (pure parts)
+def test_views_align_columns_and_pick_the_first_fitting_hint() -> None:
+    from ferry.status import queue_rows, table
+    from ferry.whypending import hint_for
+
+    rows = queue_rows([{"metadata": {"name": "b"}, "spec": {"guaranteed": {"gpu": "8"}},
+                        "status": {"allocated": {"gpu": "12"}, "borrowed": {"gpu": "4"}, "runningJobs": 3}},
+                       {"metadata": {"name": "a"}, "spec": {}}])
+    assert [r["NAME"] for r in rows] == ["a", "b"] and rows[1]["BORROWED"] == "4" and rows[0]["MAX"] == "-"
+    lines = table(rows, ("NAME", "ALLOCATED", "RUNNING")).splitlines()
+    assert lines == ["NAME   ALLOCATED   RUNNING", "a      -           0", "b      12          3"]
+    assert "spec.max" in hint_for("Unschedulable", "queue q would exceed its maximum of 1 GPUs")
+    assert "ask for less" in hint_for("Unschedulable", "cannot be scheduled: no node has 16 GPUs")
+    assert "virtual node included" in hint_for("Unschedulable", "0/1 nodes: 1 Insufficient nvidia.com/gpu.")
+    assert hint_for("Something", "unheard of") == ""

@@ -1,0 +1,88 @@
+"""``kubectl ferry status``: what the shared cluster gives each tenant, read from the objects the
+scheduler and the virtual nodes keep current — Queue status in the compute cluster (guaranteed, maximum,
+allocated, borrowed, lent, pending, jobs), the virtual node and its pods in a tenant cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ferry.kube import quantity
+from ferry.kube.rest import Rest, path, status_of
+
+Obj = dict[str, Any]
+GPU = "nvidia.com/gpu"
+QUEUE_COLUMNS = ("NAME", "GUARANTEED", "MAX", "ALLOCATED", "BORROWED", "LENT", "PENDING-GPU", "RUNNING", "PENDING")
+WIDE_QUEUE_COLUMNS = (*QUEUE_COLUMNS, "WEIGHT", "NAMESPACES")
+NODE_COLUMNS = ("NODE", "TENANT", "GPUS", "GPUS-IN-USE", "RUNNING", "PENDING", "COMPUTE-REACHABLE")
+
+
+def _gpu(section: Obj | None) -> str:
+    return str((section or {}).get("gpu", "-"))
+
+
+def queue_rows(queues: list[Obj]) -> list[Obj]:
+    rows = []
+    for q in sorted(queues, key=lambda q: q["metadata"]["name"]):
+        spec, st = q.get("spec") or {}, q.get("status") or {}
+        rows.append({"NAME": q["metadata"]["name"], "GUARANTEED": _gpu(spec.get("guaranteed")),
+                     "MAX": _gpu(spec.get("max")), "ALLOCATED": _gpu(st.get("allocated")),
+                     "BORROWED": _gpu(st.get("borrowed")), "LENT": _gpu(st.get("lent")),
+                     "PENDING-GPU": _gpu(st.get("pending")), "RUNNING": st.get("runningJobs", 0),
+                     "PENDING": st.get("pendingJobs", 0), "WEIGHT": spec.get("weight", 1),
+                     "NAMESPACES": ",".join(spec.get("namespaces") or []) or "-"})
+    return rows
+
+
+def _gpus_of(pod: Obj) -> float:
+    total = 0.0
+    for c in pod.get("spec", {}).get("containers", []):
+        res = c.get("resources") or {}
+        total += float(quantity.parse((res.get("limits") or {}).get(GPU, (res.get("requests") or {}).get(GPU, 0))))
+    return total
+
+
+def node_rows(nodes: list[Obj], pods: list[Obj]) -> list[Obj]:
+    rows = []
+    for n in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+        name = n["metadata"]["name"]
+        mine = [p for p in pods if p.get("spec", {}).get("nodeName") == name
+                and p.get("status", {}).get("phase") in ("Pending", "Running")]
+        cond: Obj = next((c for c in n.get("status", {}).get("conditions") or []
+                     if c.get("type") == "ComputeClusterReachable"), {})
+        rows.append({"NODE": name, "TENANT": n["metadata"].get("labels", {}).get("kubeferry.io/tenant", "-"),
+                     "GPUS": (n.get("status", {}).get("allocatable") or {}).get(GPU, "0"),
+                     "GPUS-IN-USE": f"{sum(_gpus_of(p) for p in mine):g}",
+                     "RUNNING": sum(1 for p in mine if p["status"]["phase"] == "Running"),
+                     "PENDING": sum(1 for p in mine if p["status"]["phase"] == "Pending"),
+                     "COMPUTE-REACHABLE": cond.get("status", "Unknown")})
+    return rows
+
+
+def table(rows: list[Obj], columns: tuple[str, ...]) -> str:
+    cells = [list(columns)] + [[str(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    return "\n".join("   ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells)
+
+
+async def collect(rest: Rest) -> Obj:
+    """Queues (compute cluster) and virtual nodes (tenant cluster) — whichever this cluster has."""
+    out: Obj = {}
+    try:
+        out["queues"] = queue_rows((await rest.get(path("scheduling.kubeferry.io", "v1alpha1", "queues")))["items"])
+    except Exception as exc:
+        if status_of(exc) != 404:
+            raise
+    nodes = (await rest.get(path("", "v1", "nodes"), labelSelector="kubeferry.io/role=virtual-node"))["items"]
+    if nodes:
+        pods = (await rest.get(path("", "v1", "pods")))["items"]
+        out["virtualNodes"] = node_rows(nodes, pods)
+    return out
+
+
+def render(view: Obj, wide: bool) -> str:
+    parts = []
+    if "queues" in view:
+        parts.append(table(view["queues"], WIDE_QUEUE_COLUMNS if wide else QUEUE_COLUMNS))
+    if "virtualNodes" in view:
+        parts.append(table(view["virtualNodes"], NODE_COLUMNS))
+    return "\n\n".join(parts) or "no Kube-Ferry Queues or virtual nodes in this cluster"

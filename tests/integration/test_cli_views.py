@@ -1,0 +1,133 @@
+"""`ferry status` and `ferry why-pending` (also `kubectl ferry ...`) as users run them, against the
+compute cluster and a tenant cluster of the real control planes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from ferry.cluster.planes import ControlPlanes
+from tests.helpers import eventually
+from tests.integration.test_gang_lifecycle import VOLCANO, member, tenant_group
+from tests.integration.test_scheduler_service import GROUP, VERSION, pod
+from tests.integration.test_vnode import tenant_pod
+
+pytestmark = pytest.mark.usefixtures("vnodes")
+
+
+def ferry(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ferry", *args, f"--kubeconfig={kubeconfig}"], capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+def verdict(kubeconfig: Path, ns: str, target: str) -> dict[str, Any]:
+    res = ferry(kubeconfig, "why-pending", target, "-n", ns, "-o", "json")
+    assert res.returncode == 0, res.stderr
+    out: dict[str, Any] = json.loads(res.stdout)
+    return out
+
+
+async def test_status_shows_queue_use_equal_to_a_recount_and_the_virtual_node(
+        planes: ControlPlanes, compute_api: client.ApiClient, tenant_api: client.ApiClient, tenant_ns: str) -> None:
+    core = client.CoreV1Api(tenant_api)
+    body = tenant_pod("holder", gpus=2)
+    await core.create_namespaced_pod(tenant_ns, body)
+
+    async def running() -> bool:
+        return (await core.read_namespaced_pod("holder", tenant_ns)).status.phase == "Running"
+
+    await eventually(running, timeout=30, what="holder Running")
+
+    async def agrees() -> tuple[str, float] | None:
+        pods = (await client.CoreV1Api(compute_api).list_namespaced_pod("tenant-1")).items
+        recount = sum(float(c.resources.limits.get("nvidia.com/gpu", 0)) for p in pods
+                      if p.spec.node_name and p.status.phase in ("Pending", "Running")
+                      and not p.metadata.deletion_timestamp for c in p.spec.containers if c.resources.limits)
+        res = ferry(planes.kubeconfig("compute"), "status", "-o", "json")
+        assert res.returncode == 0, res.stderr
+        row = next(q for q in json.loads(res.stdout)["queues"] if q["NAME"] == "tenant-1")
+        return (row["ALLOCATED"], recount) if float(row["ALLOCATED"]) == recount and recount >= 2 else None
+
+    await eventually(agrees, timeout=30, what="queue tenant-1 ALLOCATED equal to a recount from pods")
+    table = ferry(planes.kubeconfig("compute"), "status").stdout
+    assert table.splitlines()[0].split()[:4] == ["NAME", "GUARANTEED", "MAX", "ALLOCATED"]
+
+    res = ferry(planes.kubeconfig("tenant-1"), "status", "-o", "json")
+    (row,) = json.loads(res.stdout)["virtualNodes"]
+    node = await core.read_node("ferry-tenant-1")
+    assert row["NODE"] == "ferry-tenant-1" and row["GPUS"] == node.status.allocatable["nvidia.com/gpu"]
+    assert float(row["GPUS-IN-USE"]) >= 2 and row["COMPUTE-REACHABLE"] == "True"
+
+
+async def test_why_pending_from_a_tenant_cluster(planes: ControlPlanes, tenant_api: client.ApiClient,
+                                                 tenant_ns: str) -> None:
+    core = client.CoreV1Api(tenant_api)
+    kc = planes.kubeconfig("tenant-1")
+    # A gang short of GPUs: its replicas are bigger than any compute node.
+    await tenant_group(tenant_api, VOLCANO, tenant_ns, "big", 2)
+    for i in range(2):
+        body = member(f"big-{i}", "volcano", "big")
+        body["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "16"
+        await core.create_namespaced_pod(tenant_ns, body)
+
+    async def explained() -> dict[str, Any] | None:  # first "waiting for gang members", then the verdict
+        v = verdict(kc, tenant_ns, "podgroup/big")
+        return v if "no node has 16 GPUs" in v["message"] else None
+
+    v = await eventually(explained, timeout=30, what="the scheduler's reason for the gang")
+    assert v["state"] == "Pending" and "ask for less" in v["hint"]
+    assert "no node has 16 GPUs" in verdict(kc, tenant_ns, "big-0")["message"]
+
+    # A pod refused as unsafe.
+    unsafe = tenant_pod("unsafe", gpus=0)
+    unsafe["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    await core.create_namespaced_pod(tenant_ns, unsafe)
+
+    async def refused() -> dict[str, Any] | None:
+        v = verdict(kc, tenant_ns, "unsafe")
+        return v if v["state"] == "Failed" else None
+
+    v = await eventually(refused, timeout=30, what="the refusal")
+    assert v["reason"] == "Refused" and "privileged" in v["message"]
+    text = ferry(kc, "why-pending", "unsafe", "-n", tenant_ns).stdout
+    assert "Refused" in text and "What would let it run" in text
+
+    missing = ferry(kc, "why-pending", "nothing-here", "-n", tenant_ns)
+    assert missing.returncode != 0 and "no pod" in missing.stderr
+
+
+async def test_why_pending_in_the_compute_cluster(planes: ControlPlanes, compute_api: client.ApiClient,
+                                                  compute_ns: str) -> None:
+    core, custom = client.CoreV1Api(compute_api), client.CustomObjectsApi(compute_api)
+    kc = planes.kubeconfig("compute")
+    capped = f"cap-{compute_ns}"
+    await custom.create_cluster_custom_object(GROUP, VERSION, "queues", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": capped},
+        "spec": {"namespaces": [compute_ns], "max": {"gpu": "1"}}})
+    try:
+        # A queue at its maximum: two GPUs asked, one allowed.
+        await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": "over"},
+            "spec": {"minMember": 1, "queue": capped}})
+        await core.create_namespaced_pod(compute_ns, pod("over-0", compute_ns, gpus=2, group="over"))
+        # An unknown queue.
+        await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": "lost"},
+            "spec": {"minMember": 1, "queue": "no-such-queue"}})
+        await core.create_namespaced_pod(compute_ns, pod("lost-0", compute_ns, group="lost"))
+
+        async def reasons() -> tuple[dict[str, Any], dict[str, Any]] | None:
+            a, b = verdict(kc, compute_ns, "podgroup/over"), verdict(kc, compute_ns, "lost-0")
+            return (a, b) if a["reason"] == "Unschedulable" and b["reason"] == "InvalidSpec" else None
+
+        over, lost = await eventually(reasons, timeout=30, what="reasons for both groups")
+        assert "maximum of 1 GPUs" in over["message"] and "spec.max" in over["hint"], over
+        assert lost["reason"] == "InvalidSpec" and "no-such-queue" in lost["message"], lost
+    finally:
+        await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", capped)
