@@ -207,12 +207,7 @@ async def test_a_compute_pod_deleted_while_the_vnode_is_down_is_not_recreated(
     vnode.start()
     vnode.wait_ready()
 
-    async def failed() -> Any:
-        p = await core.read_namespaced_pod("early", tenant_ns)
-        return p if p.status.phase == "Failed" else None
-
-    lost = await eventually(failed, timeout=30, what="tenant pod Failed after the restart")
-    assert lost.status.reason == "ComputePodLost"
+    await _fails_compute_pod_lost(core, tenant_ns, "early")
     again = (await compute.get(path("", "v1", "pods", "tenant-1"),
                                labelSelector=f"{naming.UPSTREAM_UID_LABEL}={uid}"))["items"]
     assert again == [], "never re-created"
@@ -252,12 +247,7 @@ async def test_a_copy_deleted_between_its_create_and_the_mark_fails_the_pod_acro
             vnode.start()
             vnode.wait_ready()
 
-    async def failed() -> Any:
-        p = await core.read_namespaced_pod("in-window", tenant_ns)
-        return p if p.status.phase == "Failed" else None
-
-    lost = await eventually(failed, timeout=30, what="tenant pod Failed after the restart")
-    assert lost.status.reason == "ComputePodLost"
+    await _fails_compute_pod_lost(core, tenant_ns, "in-window")
 
     async def copies() -> list[Any]:
         return list((await compute.get(path("", "v1", "pods", "tenant-1"),
@@ -265,6 +255,15 @@ async def test_a_copy_deleted_between_its_create_and_the_mark_fails_the_pod_acro
 
     await eventually(lambda: _none(copies()), timeout=20, what="the deleted copy gone once its hold is dropped")
     assert await copies() == [], "never re-created"
+
+
+async def _fails_compute_pod_lost(core: client.CoreV1Api, ns: str, name: str) -> None:
+    async def failed() -> Any:
+        p = await core.read_namespaced_pod(name, ns)
+        return p if p.status.phase == "Failed" else None
+
+    lost = await eventually(failed, timeout=30, what=f"{name} Failed after the restart")
+    assert lost.status.reason == "ComputePodLost"
 
 
 async def _none(items: Any) -> bool:
