@@ -196,6 +196,25 @@ def cmd_why_pending(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_usage(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from ferry import status, usage
+
+    now = datetime.now(UTC)
+    try:
+        since, until = usage.when(args.since, now), usage.when(args.until, now)
+    except ValueError as exc:
+        _die(str(exc))
+
+    async def rows(rest: Any) -> Any:
+        return await usage.collect(rest, since, until, args.by)
+
+    found = _against_cluster(args, rows)
+    _print(found, args.output, lambda r: status.table(r, usage.COLUMNS[args.by]) if r else "no usage recorded")
+    return 0
+
+
 def _kubeconfig(args: argparse.Namespace) -> Path:
     path = args.kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or str(Path.home() / ".kube/config")
     if not Path(path).exists():
@@ -290,6 +309,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dir", help="print the state of the local control planes in DIR instead")
     _cluster_flags(p, outputs=("wide", "json", "yaml"))
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("usage", help="GPU-seconds per queue or job over a time range (the compute cluster's "
+                                     "accounting records plus what runs now)")
+    p.add_argument("--since", help="RFC 3339 time or a duration back from now (24h, 7d); default: all records")
+    p.add_argument("--until", help="RFC 3339 time or a duration back from now; default: now")
+    p.add_argument("--by", choices=("queue", "job"), default="queue")
+    _cluster_flags(p, outputs=("json", "yaml"))
+    p.set_defaults(func=cmd_usage)
 
     p = sub.add_parser("why-pending", help="why a pod or podgroup/NAME is not running, and what would let it run")
     p.add_argument("target", metavar="POD|podgroup/NAME")

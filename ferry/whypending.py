@@ -89,7 +89,9 @@ async def _latest_event(rest: Rest, ns: str, uid: str) -> Obj | None:
     ours = [e for e in events if e.get("reason") in OUR_REASONS]
     if not ours:
         return None
-    latest: Obj = max(ours, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    # Times have one-second resolution; of two Events in the same second the later write wins.
+    latest: Obj = max(ours, key=lambda e: (e.get("lastTimestamp") or e.get("eventTime") or "",
+                                           int(e["metadata"].get("resourceVersion") or 0)))
     return latest
 
 

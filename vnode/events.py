@@ -74,6 +74,9 @@ class Recorder:
             return True
         except Exception as exc:
             if status_of(exc) != 409:
-                log.warning("event not recorded", reason=reason, error=str(exc)[:200])
+                if "because it is being terminated" in str(getattr(exc, "body", "")):  # its namespace is going
+                    log.debug("event not recorded: namespace terminating", reason=reason)
+                else:
+                    log.warning("event not recorded", reason=reason, error=str(exc)[:200])
                 return True  # nothing more to try
             return False

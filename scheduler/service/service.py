@@ -26,9 +26,11 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from ferry.keys import DEVICES_ANNOTATION, SCHEDULER_NAME, WILL_EVICT_AT, WILL_EVICT_BY
 from ferry.kube.informer import Informer, Obj, key_of
+from ferry.kube.rest import Rest
 from scheduler.core.decisions import Bind, CancelEviction, CycleResult, Evict, JobStatus, NotifyWillEvict, Shrink
 from scheduler.core.scheduler import Scheduler, SchedulerConfig
 from scheduler.service import metrics
+from scheduler.service.accounting import Accountant
 from scheduler.service.snapshot import GangCounts, ShapeCache, Snapshot, build
 
 GROUP, VERSION = "scheduling.kubeferry.io", "v1alpha1"
@@ -64,6 +66,7 @@ class SchedulerService:
         self.queues = Informer("queues", partial(self.custom.list_cluster_custom_object, GROUP, VERSION, "queues"),
                                poke)
         self.informers = (self.nodes, self.pods, self.groups, self.queues)
+        self.accountant = Accountant(Rest(api), lambda: self.groups.store, lambda: self.queues.store)
         self.assumed: dict[str, tuple[str, tuple[int, ...], float]] = {}  # pod -> (node, devices, since)
         # job -> (PodGroup UID, reason, message) last written: Events are not repeated
         self._said: dict[str, tuple[str, str, str]] = {}
@@ -84,6 +87,7 @@ class SchedulerService:
         conditions) several times in its life and each cycle costs in proportion to the whole cluster;
         a change missed here waits at most one period."""
         key = key_of(obj)
+        self.accountant.pod_changed(kind, obj)
         if kind == "DELETED":
             self._pod_seen.pop(key, None)
             self.wake.set()
@@ -114,6 +118,7 @@ class SchedulerService:
             await self.synced()
             log.info("caches synced", nodes=len(self.nodes.store), pods=len(self.pods.store))
             tg.create_task(self._loop())
+            tg.create_task(self.accountant.run(self.leading))
 
     async def _loop(self) -> None:
         while True:

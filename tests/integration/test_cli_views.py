@@ -131,3 +131,49 @@ async def test_why_pending_in_the_compute_cluster(planes: ControlPlanes, compute
         assert lost["reason"] == "InvalidSpec" and "no-such-queue" in lost["message"], lost
     finally:
         await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", capped)
+
+
+async def test_usage_matches_the_pods_run_times_and_outlives_them_and_the_scheduler(
+        planes: ControlPlanes, compute_api: client.ApiClient, compute_ns: str, ferry_scheduler: Any) -> None:
+    core, custom = client.CoreV1Api(compute_api), client.CustomObjectsApi(compute_api)
+    kc = planes.kubeconfig("compute")
+    await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": "acct"}, "spec": {"minMember": 2}})
+    for i in range(2):
+        body = pod(f"acct-{i}", compute_ns, gpus=2, group="acct", duration="3s")
+        del body["spec"]["nodeSelector"]  # any node
+        await core.create_namespaced_pod(compute_ns, body)
+
+    async def finished() -> list[Any] | None:
+        items = (await core.list_namespaced_pod(compute_ns)).items
+        return items if len(items) == 2 and all(p.status.phase == "Succeeded" for p in items) else None
+
+    pods = await eventually(finished, timeout=40, what="both pods Succeeded")
+    expected = sum((p.status.container_statuses[0].state.terminated.finished_at - p.status.start_time)
+                   .total_seconds() * 2 for p in pods)
+    assert expected >= 2 * 2 * 3 * 0.9, expected
+
+    def recorded() -> dict[str, Any] | None:
+        res = ferry(kc, "usage", "--by", "job", "-o", "json")
+        assert res.returncode == 0, res.stderr
+        row = next((r for r in json.loads(res.stdout) if r["NAMESPACE"] == compute_ns and r["JOB"] == "acct"), None)
+        return row if row and row["PODS"] == 2 else None
+
+    row = await eventually(recorded, timeout=30, what="a usage record for both pods")
+    assert abs(row["GPU-SECONDS"] - expected) <= 0.01 * expected, (row, expected)
+
+    # The record outlives the pods, their PodGroup and the scheduler process.
+    ferry_scheduler.kill()
+    try:
+        for p in pods:
+            await core.delete_namespaced_pod(p.metadata.name, compute_ns, grace_period_seconds=0)
+        await custom.delete_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", "acct")
+        after = recorded()
+        assert after is not None and after["GPU-SECONDS"] == row["GPU-SECONDS"]
+        by_queue = json.loads(ferry(kc, "usage", "-o", "json").stdout)
+        assert any(q["QUEUE"] == "default" and q["GPU-SECONDS"] >= row["GPU-SECONDS"] for q in by_queue)
+        assert not json.loads(ferry(kc, "usage", "--since", "2020-01-01T00:00:00Z", "--until",
+                                    "2020-01-02T00:00:00Z", "-o", "json").stdout), "nothing in a range before it"
+    finally:
+        ferry_scheduler.start()
+        ferry_scheduler.wait_ready()

@@ -241,3 +241,24 @@ def test_views_align_columns_and_pick_the_first_fitting_hint() -> None:
     assert "ask for less" in hint_for("Unschedulable", "cannot be scheduled: no node has 16 GPUs")
     assert "virtual node included" in hint_for("Unschedulable", "0/1 nodes: 1 Insufficient nvidia.com/gpu.")
     assert hint_for("Something", "unheard of") == ""
+
+
+def test_usage_counts_only_the_part_of_each_run_inside_the_range() -> None:
+    from datetime import UTC, datetime
+
+    from ferry.usage import runs, summarise, when
+
+    rec = {"metadata": {"namespace": "ns"}, "spec": {"job": "j", "queue": "q", "pods": {
+        "u1": {"start": "2026-01-01T00:00:00Z", "end": "2026-01-01T01:00:00Z", "gpuMilli": 2000},
+        "u2": {"start": "2026-01-01T00:30:00Z", "end": "2026-01-01T00:40:00Z", "gpuMilli": 500}}}}
+    live = [{"namespace": "ns", "job": "j", "queue": "q", "uid": "u1", "start": "x", "end": "x", "gpuMilli": 1},
+            {"namespace": "ns", "job": "k", "queue": "q", "uid": "u3", "start": "2026-01-01T00:50:00Z",
+             "end": "2026-01-01T02:00:00Z", "gpuMilli": 1000}]
+    all_runs = runs([rec], live)
+    assert sorted(r["uid"] for r in all_runs) == ["u1", "u2", "u3"], "a recorded pod is not counted live again"
+    now = datetime(2026, 1, 1, 2, tzinfo=UTC)
+    (q,) = summarise(all_runs, None, now, "queue")
+    assert q["GPU-SECONDS"] == 2 * 3600 + 0.5 * 600 + 70 * 60 and q["JOBS"] == 2 and q["PODS"] == 3
+    window = summarise(all_runs, when("2026-01-01T00:45:00Z", now), when("2026-01-01T01:00:00Z", now), "job")
+    assert [(r["JOB"], r["GPU-SECONDS"]) for r in window] == [("j", 2 * 900), ("k", 600)]
+    assert summarise(all_runs, when("3h", now), when("2h30m", now) or now, "queue") == []
