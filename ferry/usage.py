@@ -45,7 +45,7 @@ def runs(records: Iterable[Obj], live: Iterable[Obj]) -> list[Obj]:
         spec = rec.get("spec") or {}
         for uid, p in (spec.get("pods") or {}).items():
             seen.add(uid)
-            out.append({"namespace": rec["metadata"]["namespace"], "job": spec.get("job", ""),
+            out.append({"namespace": spec.get("namespace", ""), "job": spec.get("job", ""),
                         "queue": spec.get("queue", ""), "uid": uid, "start": p["start"], "end": p["end"],
                         "gpuMilli": int(p.get("gpuMilli", 0))})
     out += [r for r in live if r["uid"] not in seen]

@@ -109,3 +109,13 @@ async def compute_ns(compute_api: client.ApiClient) -> AsyncIterator[str]:
 async def tenant_ns(tenant_api: client.ApiClient) -> AsyncIterator[str]:
     async for ns in _fresh_namespace(tenant_api):
         yield ns
+
+
+@pytest.fixture
+async def private_node(compute_api: client.ApiClient, compute_ns: str) -> str:
+    """A GPU node only this test's pods select (label ferry-test=<namespace>)."""
+    core = client.CoreV1Api(compute_api)
+    nodes = (await core.list_node(label_selector="type=kwok,!ferry-test")).items
+    name = sorted(n.metadata.name for n in nodes)[-1]
+    await core.patch_node(name, {"metadata": {"labels": {"ferry-test": compute_ns}}})
+    return name

@@ -407,6 +407,10 @@ class Scheduler:
                         job.phase = JobPhase.PENDING
                         self._reserved.pop(name, None)
                         job.reserved_nodes = ()
+                    elif privileged:
+                        victims = list(self._victims[name])
+                        why = (f"preempting: waiting for {len(victims)} job(s) to leave at the end of their "
+                               f"grace period ({', '.join(victims[:3])}{', ...' if len(victims) > 3 else ''})")
             else:
                 queue_skip[qname].add(shape)
             if placed is not None:

@@ -1,11 +1,12 @@
 """Accounting records (SLURM's ``sacct`` for the shared cluster): as each pod the scheduler placed ends —
 finishes, fails, is evicted or deleted — its run (start, end, GPU milli) is written into the
-``UsageRecord`` of its job, one per job incarnation, in the job's namespace. Records outlive pods,
-PodGroups and scheduler restarts; ``kubectl ferry usage`` sums them over a time range.
+``UsageRecord`` of its job, one per job incarnation (cluster-scoped: records outlive pods, PodGroups,
+namespaces and scheduler restarts); ``kubectl ferry usage`` sums them over a time range.
 
 Writes are JSON merge patches keyed by pod UID, so writing an entry twice (after a restart the cache
 lists every terminal pod again) changes nothing. Only the leader writes; a pod deleted while no scheduler
-ran is not recorded (its end is unknown) — a limitation the README states.
+ran is not recorded (its end is unknown) — a limitation the README states. A write the API refuses for
+good (4xx) is logged and dropped; only transient failures are retried.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class PodRun:
         """The record's name: the job's, plus a digest of its incarnation (a job re-created under the
         same name starts a new record)."""
         digest = hashlib.sha256(f"{self.namespace}/{self.job}/{self.job_uid}".encode()).hexdigest()[:10]
-        return f"{self.job[:52]}-{digest}"
+        return f"{self.namespace}.{self.job[:180]}-{digest}"
 
 
 def now_iso() -> str:
@@ -106,20 +107,23 @@ class Accountant:
             results = await asyncio.gather(*(self._write(r) for r in batch.values()), return_exceptions=True)
             for r, res in zip(batch.values(), results, strict=True):
                 if isinstance(res, BaseException):
-                    log.warning("usage record write failed", job=f"{r.namespace}/{r.job}", pod=r.name,
-                                error=str(res)[:200])
-                    self.todo.setdefault(r.uid, r)
-                else:
-                    if len(self.written) >= REMEMBER:
-                        self.written.clear()
-                    self.written.add(r.uid)
+                    code = status_of(res)
+                    lasting = 400 <= code < 500 and code not in (409, 429)
+                    log.warning("usage record write failed" + (", dropped" if lasting else ", will retry"),
+                                job=f"{r.namespace}/{r.job}", pod=r.name, status=code, error=str(res)[:200])
+                    if not lasting:
+                        self.todo.setdefault(r.uid, r)
+                        continue
+                if len(self.written) >= REMEMBER:  # written, or refused for good: not again
+                    self.written.clear()
+                self.written.add(r.uid)
             if self.todo:  # retry what failed, not at once
                 await asyncio.sleep(2.0)
                 self.wake.set()
 
     async def _write(self, r: PodRun) -> None:
         entry = {"name": r.name, "start": r.start, "end": r.end, "gpuMilli": r.gpu_milli}
-        url = path(GROUP, VERSION, "usagerecords", r.namespace)
+        url = path(GROUP, VERSION, "usagerecords")
         patch = {"spec": {"pods": {r.uid: entry}}}
         try:
             await self.rest.patch(f"{url}/{r.record}", patch)
@@ -128,9 +132,9 @@ class Accountant:
             if status_of(exc) != 404:
                 raise
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "UsageRecord",
-                "metadata": {"name": r.record, "namespace": r.namespace,
-                             "labels": {"kubeferry.io/queue": r.queue}},
-                "spec": {"queue": r.queue, "job": r.job, "jobUID": r.job_uid, "pods": {r.uid: entry}}}
+                "metadata": {"name": r.record, "labels": {"kubeferry.io/queue": r.queue}},
+                "spec": {"queue": r.queue, "namespace": r.namespace, "job": r.job, "jobUID": r.job_uid,
+                         "pods": {r.uid: entry}}}
         try:
             await self.rest.create(url, body)
         except Exception as exc:

@@ -15,7 +15,7 @@ from kubernetes_asyncio import client
 from ferry.cluster.planes import ControlPlanes
 from tests.helpers import eventually
 from tests.integration.test_gang_lifecycle import VOLCANO, member, tenant_group
-from tests.integration.test_scheduler_service import GROUP, VERSION, pod
+from tests.integration.test_scheduler_service import GROUP, VERSION, _make_group, _make_queue, _running, _sa, pod
 from tests.integration.test_vnode import tenant_pod
 
 pytestmark = pytest.mark.usefixtures("vnodes")
@@ -177,3 +177,32 @@ async def test_usage_matches_the_pods_run_times_and_outlives_them_and_the_schedu
     finally:
         ferry_scheduler.start()
         ferry_scheduler.wait_ready()
+
+
+async def test_why_pending_names_a_preemption_grace_period(
+        planes: ControlPlanes, compute_api: client.ApiClient, compute_ns: str, private_node: str) -> None:
+    """A guaranteed gang that must wait while its victims checkpoint: the reason and the hint say so."""
+    core, custom = client.CoreV1Api(compute_api), client.CustomObjectsApi(compute_api)
+    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
+    queue = f"p-{compute_ns}"
+    await _make_queue(custom, queue, compute_ns, victimGraceSeconds=300)
+    try:
+        await _make_group(core, custom, compute_ns, "el", 4, "Elastic", queue)
+        await _make_group(core, custom, compute_ns, "f", 4, "Guaranteed", queue)
+        for g in ("el", "f"):
+            await eventually(lambda g=g: _running(core, compute_ns, g, 4), timeout=30, what=f"{g} running")
+        await _make_group(core, custom, compute_ns, "g", 4, "Guaranteed", queue)
+
+        seen: list[dict[str, Any]] = []
+
+        def waiting() -> dict[str, Any] | None:
+            seen.append(verdict(planes.kubeconfig("compute"), compute_ns, "podgroup/g"))
+            return seen[-1] if seen[-1]["message"].startswith("preempting: waiting for 1 job(s)") else None
+
+        try:
+            v = await eventually(waiting, timeout=30, what="podgroup/g waiting for its victims")
+        except AssertionError:
+            raise AssertionError(f"last verdict: {seen[-1:]}") from None
+        assert v["state"] == "Pending" and "grace period" in v["hint"], v
+    finally:
+        await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)

@@ -16,16 +16,6 @@ from tests.helpers import eventually
 GROUP, VERSION = "scheduling.kubeferry.io", "v1alpha1"
 
 
-@pytest.fixture
-async def private_node(compute_api: client.ApiClient, compute_ns: str) -> str:
-    """A GPU node only this test's pods select (label ferry-test=<namespace>)."""
-    core = client.CoreV1Api(compute_api)
-    nodes = (await core.list_node(label_selector="type=kwok,!ferry-test")).items
-    name = sorted(n.metadata.name for n in nodes)[-1]
-    await core.patch_node(name, {"metadata": {"labels": {"ferry-test": compute_ns}}})
-    return name
-
-
 def pod(name: str, ns: str, *, gpus: int = 1, group: str | None = None, milli: int | None = None,
         duration: str | None = None, queue: str | None = None) -> dict[str, Any]:
     labels = {"kubeferry.io/pod-group": group} if group else {}

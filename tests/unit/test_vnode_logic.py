@@ -248,7 +248,7 @@ def test_usage_counts_only_the_part_of_each_run_inside_the_range() -> None:
 
     from ferry.usage import runs, summarise, when
 
-    rec = {"metadata": {"namespace": "ns"}, "spec": {"job": "j", "queue": "q", "pods": {
+    rec = {"metadata": {"name": "ns.j-0"}, "spec": {"namespace": "ns", "job": "j", "queue": "q", "pods": {
         "u1": {"start": "2026-01-01T00:00:00Z", "end": "2026-01-01T01:00:00Z", "gpuMilli": 2000},
         "u2": {"start": "2026-01-01T00:30:00Z", "end": "2026-01-01T00:40:00Z", "gpuMilli": 500}}}}
     live = [{"namespace": "ns", "job": "j", "queue": "q", "uid": "u1", "start": "x", "end": "x", "gpuMilli": 1},
