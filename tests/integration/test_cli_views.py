@@ -15,7 +15,7 @@ from kubernetes_asyncio import client
 from ferry.cluster.planes import ControlPlanes
 from tests.helpers import eventually
 from tests.integration.test_gang_lifecycle import VOLCANO, member, tenant_group
-from tests.integration.test_scheduler_service import GROUP, VERSION, _make_group, _make_queue, _running, _sa, pod
+from tests.integration.test_scheduler_service import GROUP, VERSION, _make_queue, _sa, fill_then_preempt, pod
 from tests.integration.test_vnode import tenant_pod
 
 pytestmark = pytest.mark.usefixtures("vnodes")
@@ -187,11 +187,7 @@ async def test_why_pending_names_a_preemption_grace_period(
     queue = f"p-{compute_ns}"
     await _make_queue(custom, queue, compute_ns, victimGraceSeconds=300)
     try:
-        await _make_group(core, custom, compute_ns, "el", 4, "Elastic", queue)
-        await _make_group(core, custom, compute_ns, "f", 4, "Guaranteed", queue)
-        for g in ("el", "f"):
-            await eventually(lambda g=g: _running(core, compute_ns, g, 4), timeout=30, what=f"{g} running")
-        await _make_group(core, custom, compute_ns, "g", 4, "Guaranteed", queue)
+        await fill_then_preempt(core, custom, compute_ns, queue)
 
         seen: list[dict[str, Any]] = []
 

@@ -353,6 +353,16 @@ async def _make_group(core: client.CoreV1Api, custom: client.CustomObjectsApi, n
         await core.create_namespaced_pod(ns, pod(f"{name}-{i}", ns, group=name))
 
 
+async def fill_then_preempt(core: client.CoreV1Api, custom: client.CustomObjectsApi, ns: str, queue: str) -> None:
+    """The private node full (an elastic and a guaranteed job of 4), then a guaranteed job of 4 more:
+    it can only run by preempting the elastic one."""
+    await _make_group(core, custom, ns, "el", 4, "Elastic", queue)
+    await _make_group(core, custom, ns, "f", 4, "Guaranteed", queue)
+    for g in ("el", "f"):
+        await eventually(lambda g=g: _running(core, ns, g, 4), timeout=30, what=f"{g} running")
+    await _make_group(core, custom, ns, "g", 4, "Guaranteed", queue)
+
+
 async def _running(core: client.CoreV1Api, ns: str, group: str, n: int) -> bool:
     items = (await core.list_namespaced_pod(ns, label_selector=f"kubeferry.io/pod-group={group}")).items
     return len([p for p in items if p.spec.node_name and not p.metadata.deletion_timestamp]) == n
@@ -366,11 +376,7 @@ async def test_pending_eviction_is_cancelled_when_capacity_frees_up(
     queue = f"c-{compute_ns}"
     await _make_queue(custom, queue, compute_ns, victimGraceSeconds=60)
     try:
-        await _make_group(core, custom, compute_ns, "el", 4, "Elastic", queue)
-        await _make_group(core, custom, compute_ns, "f", 4, "Guaranteed", queue)
-        for g in ("el", "f"):
-            await eventually(lambda g=g: _running(core, compute_ns, g, 4), timeout=30, what=f"{g} running")
-        await _make_group(core, custom, compute_ns, "g", 4, "Guaranteed", queue)
+        await fill_then_preempt(core, custom, compute_ns, queue)
 
         async def notice() -> str | None:
             p = await core.read_namespaced_pod("el-0", compute_ns)
