@@ -6,6 +6,7 @@ One place, because the scheduler writes what the vnode reads (and the other way 
 from __future__ import annotations
 
 SCHEDULER_NAME = "kube-ferry"
+API_GROUP, API_VERSION = "scheduling.kubeferry.io", "v1alpha1"  # Queue, PodGroup, UsageRecord
 GPU = "nvidia.com/gpu"
 PREFIX = "kubeferry.io/"
 POD_GROUP_LABEL = PREFIX + "pod-group"

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ferry.kube import quantity
+from ferry.keys import API_GROUP, API_VERSION, GPU
 from ferry.kube.rest import Rest, path, status_of
+from scheduler.service.snapshot import BadSpec, pod_request
 
 Obj = dict[str, Any]
-GPU = "nvidia.com/gpu"
 QUEUE_COLUMNS = ("NAME", "GUARANTEED", "MAX", "ALLOCATED", "BORROWED", "LENT", "PENDING-GPU", "RUNNING", "PENDING")
 WIDE_QUEUE_COLUMNS = (*QUEUE_COLUMNS, "WEIGHT", "NAMESPACES")
 NODE_COLUMNS = ("NODE", "TENANT", "GPUS", "GPUS-IN-USE", "RUNNING", "PENDING", "COMPUTE-REACHABLE")
@@ -34,11 +34,11 @@ def queue_rows(queues: list[Obj]) -> list[Obj]:
 
 
 def _gpus_of(pod: Obj) -> float:
-    total = 0.0
-    for c in pod.get("spec", {}).get("containers", []):
-        res = c.get("resources") or {}
-        total += float(quantity.parse((res.get("limits") or {}).get(GPU, (res.get("requests") or {}).get(GPU, 0))))
-    return total
+    """GPUs a pod holds, read as the scheduler reads them (whole GPUs or a share)."""
+    try:
+        return pod_request(pod).gpu_total / 1000
+    except BadSpec:
+        return 0.0
 
 
 def node_rows(nodes: list[Obj], pods: list[Obj]) -> list[Obj]:
@@ -68,7 +68,7 @@ async def collect(rest: Rest) -> Obj:
     """Queues (compute cluster) and virtual nodes (tenant cluster) — whichever this cluster has."""
     out: Obj = {}
     try:
-        out["queues"] = queue_rows((await rest.get(path("scheduling.kubeferry.io", "v1alpha1", "queues")))["items"])
+        out["queues"] = queue_rows((await rest.get(path(API_GROUP, API_VERSION, "queues")))["items"])
     except Exception as exc:
         if status_of(exc) != 404:
             raise

@@ -10,11 +10,12 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ferry.keys import API_GROUP, API_VERSION
 from ferry.kube.rest import Rest, path
 from scheduler.service.accounting import run_of
 
 Obj = dict[str, Any]
-GROUP, VERSION = "scheduling.kubeferry.io", "v1alpha1"
+GROUP, VERSION = API_GROUP, API_VERSION
 COLUMNS = {"queue": ("QUEUE", "GPU-SECONDS", "GPU-HOURS", "JOBS", "PODS"),
            "job": ("NAMESPACE", "JOB", "QUEUE", "GPU-SECONDS", "GPU-HOURS", "PODS", "START", "END")}
 

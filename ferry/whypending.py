@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ferry.keys import API_GROUP, API_VERSION
 from ferry.kube.rest import Rest, path
 
 Obj = dict[str, Any]
-KUBE_FERRY = ("scheduling.kubeferry.io", "v1alpha1")
+KUBE_FERRY = (API_GROUP, API_VERSION)
 TENANT_GROUPS = (("scheduling.volcano.sh", "v1beta1"), ("scheduling.x-k8s.io", "v1alpha1"))
 GROUP_LABELS = ("kubeferry.io/pod-group", "scheduling.x-k8s.io/pod-group", "volcano.sh/job-name")
 GROUP_ANNOTATIONS = ("scheduling.k8s.io/group-name",)

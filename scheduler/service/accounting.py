@@ -20,12 +20,12 @@ from typing import Any
 
 import structlog
 
-from ferry.keys import POD_GROUP_LABEL, QUEUE_ANNOTATION, SCHEDULER_NAME
+from ferry.keys import API_GROUP, API_VERSION, POD_GROUP_LABEL, SCHEDULER_NAME
 from ferry.kube.rest import Rest, path, status_of
-from scheduler.service.snapshot import DEFAULT_QUEUE, BadSpec, pod_request
+from scheduler.service.snapshot import BadSpec, namespace_queues, pod_request, queue_of
 
 Obj = dict[str, Any]
-GROUP, VERSION = "scheduling.kubeferry.io", "v1alpha1"
+GROUP, VERSION = API_GROUP, API_VERSION
 REMEMBER = 200_000  # pod UIDs already written, before the memory is reset (writes are idempotent anyway)
 log = structlog.get_logger("ferry.scheduler.accounting")
 
@@ -69,9 +69,7 @@ def run_of(pod: Obj, groups: Mapping[str, Obj], queues: Mapping[str, Obj], delet
     ns = meta["namespace"]
     group_name = (meta.get("labels") or {}).get(POD_GROUP_LABEL)
     group = groups.get(f"{ns}/{group_name}") if group_name else None
-    queue = (group or {}).get("spec", {}).get("queue") or (meta.get("annotations") or {}).get(QUEUE_ANNOTATION) or next(
-        (q["metadata"]["name"] for q in queues.values() if ns in (q.get("spec", {}).get("namespaces") or [])),
-        DEFAULT_QUEUE)
+    queue = queue_of(group, pod, namespace_queues(queues).get(ns))
     return PodRun(ns, group_name or meta["name"], (group or {}).get("metadata", {}).get("uid") or meta["uid"],
                   queue, meta["uid"], meta["name"], st["startTime"], end, gpu_milli)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -196,10 +197,7 @@ def build(nodes: dict[str, Obj], pods: dict[str, Obj], groups: dict[str, Obj], q
         cluster_nodes[node.name] = node
     cluster_queues = {q.name: q for q in (build_queue(o) for o in queues.values())}
     cluster_queues.setdefault(DEFAULT_QUEUE, Queue(DEFAULT_QUEUE))
-    ns_queue: dict[str, str] = {}
-    for o in queues.values():
-        for ns in o.get("spec", {}).get("namespaces", []) or []:
-            ns_queue.setdefault(ns, o["metadata"]["name"])
+    ns_queue = namespace_queues(queues)
     snap = Snapshot(Cluster(cluster_nodes, cluster_queues, now=now), {}, {})
 
     members: dict[str, list[Obj]] = defaultdict(list)
@@ -338,10 +336,25 @@ def _job(name: str, pods: list[Obj], group: Obj | None, ns_queue: dict[str, str]
     return job, shape.by_replica
 
 
+def namespace_queues(queues: Mapping[str, Obj]) -> dict[str, str]:
+    """Namespace -> the first Queue that claims it."""
+    out: dict[str, str] = {}
+    for o in queues.values():
+        for ns in o.get("spec", {}).get("namespaces", []) or []:
+            out.setdefault(ns, o["metadata"]["name"])
+    return out
+
+
+def queue_of(group: Obj | None, pod: Obj, namespace_queue: str | None) -> str:
+    """A job's queue: its PodGroup's, else its pod's annotation, else its namespace's, else the default."""
+    annotations = pod["metadata"].get("annotations") or {}
+    return str((group or {}).get("spec", {}).get("queue") or annotations.get(QUEUE_ANNOTATION)
+               or namespace_queue or DEFAULT_QUEUE)
+
+
 def _shape(pods: list[Obj], group: Obj | None, namespace_queue: str | None) -> JobShape:
     gspec = (group or {}).get("spec", {})
-    queue = (gspec.get("queue") or pods[0]["metadata"].get("annotations", {}).get(QUEUE_ANNOTATION)
-             or namespace_queue or DEFAULT_QUEUE)
+    queue = queue_of(group, pods[0], namespace_queue)
     by_task: dict[str, list[Obj]] = defaultdict(list)
     for p in sorted(pods, key=lambda p: p["metadata"]["name"]):
         by_task[p["metadata"].get("labels", {}).get(TASK_LABEL, "worker")].append(p)
