@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO_DIR ?= .demo
 
-.PHONY: all venv binaries test test-unit test-integration lint typecheck demo demo-down \
+.PHONY: all venv binaries test test-unit test-integration lint typecheck demo demo-down down \
         bench-core bench-openb bench-philly bench-scheduler bench-bridge image clean
 
 all: test
@@ -38,12 +38,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-## Start a compute cluster with 8 GPU nodes and 2 tenant clusters, detached.
+## Start a compute cluster (32 GPU nodes) and 2 tenant clusters unless they run, then play the scenario
+## (live view; the clusters stay up for exploring; `make down` stops them).
 demo: binaries
-	$(BIN)/ferry up --dir $(DEMO_DIR) --tenants 2 --gpu-nodes 8 --detach
-	@echo "try: $(BIN)/kubectl-ferry ... or kubectl --kubeconfig $(DEMO_DIR)/tenant-1.kubeconfig get nodes"
+	$(BIN)/ferry demo --dir $(DEMO_DIR) --start
 
-demo-down: $(STAMP)
+demo-down down: $(STAMP)
 	$(BIN)/ferry down --dir $(DEMO_DIR)
 
 ## Benchmarks (not tests): print figures.

@@ -92,7 +92,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         planes.prepare()
         if not args.control_plane_only:
-            planes.add_scheduler()
+            planes.add_scheduler(extra=() if args.min_runtime is None else (f"--min-runtime={args.min_runtime}",))
             for tenant in planes.tenant_names:
                 planes.add_vnode(tenant)
         planes.write_state(os.getpid(), ready=False)
@@ -128,6 +128,8 @@ def _detach(args: argparse.Namespace, directory: Path) -> int:
         argv += ["--base-port", str(args.base_port)]
     if args.control_plane_only:
         argv.append("--control-plane-only")
+    if args.min_runtime is not None:
+        argv += ["--min-runtime", str(args.min_runtime)]
     with out.open("w") as fh:
         proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
@@ -295,6 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="use consecutive ports from here instead of free ones the kernel picks")
     p.add_argument("--detach", action="store_true", help="return once ready and leave everything running")
     p.add_argument("--control-plane-only", action="store_true", help="no scheduler, no virtual nodes")
+    p.add_argument("--min-runtime", type=_positive("--min-runtime", 0, 86400), default=None,
+                   help="seconds a job runs before the scheduler may preempt it (default: the scheduler's, 300)")
     p.add_argument("--timeout", type=_positive("--timeout", 10, 7200), default=900,
                    help="seconds to wait for readiness with --detach (includes a first build)")
     p.add_argument("--supervise", action="store_true", help=argparse.SUPPRESS)
@@ -335,7 +339,7 @@ def _register_optional(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     """Subcommands owned by other packages register themselves here."""
     from importlib import import_module
 
-    for module in ("scheduler.sim.cli", "scheduler.service.cli", "vnode.cli"):
+    for module in ("scheduler.sim.cli", "scheduler.service.cli", "vnode.cli", "ferry.demo.run"):
         try:
             mod = import_module(module)
         except ModuleNotFoundError as exc:

@@ -33,7 +33,7 @@ def queue_rows(queues: list[Obj]) -> list[Obj]:
     return rows
 
 
-def _gpus_of(pod: Obj) -> float:
+def gpus_of(pod: Obj) -> float:
     """GPUs a pod holds, read as the scheduler reads them (whole GPUs or a share)."""
     try:
         return pod_request(pod).gpu_total / 1000
@@ -51,7 +51,7 @@ def node_rows(nodes: list[Obj], pods: list[Obj]) -> list[Obj]:
                      if c.get("type") == "ComputeClusterReachable"), {})
         rows.append({"NODE": name, "TENANT": n["metadata"].get("labels", {}).get("kubeferry.io/tenant", "-"),
                      "GPUS": (n.get("status", {}).get("allocatable") or {}).get(GPU, "0"),
-                     "GPUS-IN-USE": f"{sum(_gpus_of(p) for p in mine):g}",
+                     "GPUS-IN-USE": f"{sum(gpus_of(p) for p in mine):g}",
                      "RUNNING": sum(1 for p in mine if p["status"]["phase"] == "Running"),
                      "PENDING": sum(1 for p in mine if p["status"]["phase"] == "Pending"),
                      "COMPUTE-REACHABLE": cond.get("status", "Unknown")})

@@ -1,0 +1,1 @@
+"""``ferry demo``: a scripted scenario on the clusters of ``ferry up`` that shows what Kube-Ferry does."""
