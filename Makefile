@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO_DIR ?= .demo
 
-.PHONY: all venv binaries test test-unit test-integration lint typecheck demo demo-down down \
+.PHONY: all venv binaries test test-unit test-integration lint typecheck demo demo-down down e2e e2e-kind \
         bench-core bench-openb bench-philly bench-scheduler bench-bridge image clean
 
 all: test
@@ -45,6 +45,14 @@ demo: binaries
 
 demo-down down: $(STAMP)
 	$(BIN)/ferry down --dir $(DEMO_DIR)
+
+## The end-to-end suite (e2e/): on local control planes it starts itself, or on yours with
+## FERRY_E2E_COMPUTE / FERRY_E2E_TENANTS; e2e-kind installs the image and manifests on kind clusters.
+e2e: binaries
+	$(BIN)/pytest -q -ra e2e
+
+e2e-kind: $(STAMP)
+	PY=$(CURDIR)/$(BIN)/python e2e/kind/run.sh
 
 ## Benchmarks (not tests): print figures.
 bench-core: $(STAMP)
