@@ -3,7 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import random
 import socket
+from pathlib import Path
+
+LISTEN_RANGE_START = 10000
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel gives outgoing connections (Linux; the common default elsewhere)."""
+    try:
+        lo, hi = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999
 
 
 class PortInUse(RuntimeError):
@@ -37,15 +50,25 @@ class PortAllocator:
                 raise PortInUse(f"port {port} (for {purpose}) is already in use on 127.0.0.1")
             self._given.add(port)
             return port
-        while True:
+        # Outside the ephemeral range: a port the kernel picks (bind to 0) is one it also gives outgoing
+        # connections, and between release() and the component's own bind one of the many client
+        # connections of a busy machine can take it (a component then fails with "address in use").
+        lo, hi = ephemeral_range()
+        candidates = list(range(LISTEN_RANGE_START, lo)) + list(range(hi + 1, 65536))
+        for port in random.sample(candidates, min(len(candidates), 2000)):
+            if port in self._given:
+                continue
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                s.close()
+                continue
             # Keep it bound until release() so that no two purposes get the same port.
             self._held.append(s)
-            if port not in self._given:
-                self._given.add(port)
-                return port
+            self._given.add(port)
+            return port
+        raise PortInUse(f"no free port outside the ephemeral range {lo}-{hi} for {purpose}")
 
     def release(self) -> None:
         for s in self._held:

@@ -219,10 +219,26 @@ class SchedulerService:
             if isinstance(d, Bind):
                 binds.setdefault(d.job, []).append(d)
         writes: list[Awaitable[Any]] = []
+        # Victims leave first: a job placed on what this cycle's evictions free is bound only once those
+        # evictions were accepted (a kubelet refuses newcomers while its pods still hold the devices; the
+        # snapshot charges leaving pods to their nodes until they are gone).
+        draining: dict[str, list[asyncio.Future[bool]]] = {}
+        for d in result.decisions:
+            if isinstance(d, Evict | Shrink):
+                if isinstance(d, Evict):
+                    metrics.EVICTIONS.inc()
+                only = None if isinstance(d, Evict) else {(t, i) for t, i, _ in d.replicas}
+                eviction = asyncio.ensure_future(self._evict(snap, d.job, only, d.reason))
+                writes.append(eviction)
+                for _, _, node in d.replicas:
+                    draining.setdefault(node, []).append(eviction)
         for job, ds in binds.items():
             # Assumed now, bound in the background: the next cycle need not wait for the API server
             # (kube-scheduler's binding cycle), and cannot place the same pod or GPU twice.
-            bind = self._bind_job(job, self._assume(snap, job, ds), t0)
+            targets = self._assume(snap, job, ds)
+            first = {id(e): e for d in ds for e in draining.get(d.node, ())}
+            bind = (self._bind_after(list(first.values()), job, targets, t0) if first
+                    else self._bind_job(job, targets, t0))
             if self._binder is not None:
                 self._binder.create_task(bind)
             else:
@@ -237,11 +253,6 @@ class SchedulerService:
                 writes.append(self._notify(snap, d))
             elif isinstance(d, CancelEviction):
                 writes.append(self._cancel(snap, d))
-            elif isinstance(d, Evict):
-                metrics.EVICTIONS.inc()
-                writes.append(self._evict(snap, d.job, None, d.reason))
-            elif isinstance(d, Shrink):
-                writes.append(self._evict(snap, d.job, {(t, i) for t, i, _ in d.replicas}, d.reason))
         reasons = {**{j: ("Unschedulable", r) for j, r in result.pending_reasons.items()},
                    **{j: ("Waiting", r) for j, r in snap.waiting.items()},
                    **{j: ("InvalidSpec", r) for j, r in snap.problems.items()}}
@@ -309,6 +320,15 @@ class SchedulerService:
         metrics.ATTEMPT_SECONDS.observe(time.monotonic() - t0)
         self._said.pop(job, None)
 
+    async def _bind_after(self, evictions: list[asyncio.Future[bool]], job: str, targets: list[tuple[Obj, Bind]],
+                          t0: float) -> None:
+        if all(await asyncio.gather(*evictions)):
+            await self._bind_job(job, targets, t0)
+            return
+        for pod, _ in targets:  # a victim stays: place the job again in a later cycle
+            self.assumed.pop(key_of(pod), None)
+        self.wake.set()
+
     async def _bind(self, pod: Obj, d: Bind) -> bool:
         meta = pod["metadata"]
         ns, name = meta["namespace"], meta["name"]
@@ -360,9 +380,11 @@ class SchedulerService:
         writes.append(self._job_status(snap, d.job, "Running", "Evicting", "False", "EvictionCancelled", d.reason))
         await asyncio.gather(*writes)
 
-    async def _evict(self, snap: Snapshot, job: str, only: set[tuple[str, int]] | None, reason: str) -> None:
-        """Evict through the Eviction API (honouring the pods' grace periods): the whole job, or some replicas."""
+    async def _evict(self, snap: Snapshot, job: str, only: set[tuple[str, int]] | None, reason: str) -> bool:
+        """Evict through the Eviction API (honouring the pods' grace periods): the whole job, or some replicas.
+        True when every eviction was accepted."""
         writes: list[Awaitable[Any]] = []
+        evictions: list[Awaitable[bool]] = []
         for (task, index), pod in snap.pods_of.get(job, {}).items():
             if only is not None and (task, index) not in only:
                 continue
@@ -370,11 +392,13 @@ class SchedulerService:
             body = {"apiVersion": "policy/v1", "kind": "Eviction",
                     "metadata": {"name": meta["name"], "namespace": meta["namespace"]}}
             writes.append(self._event(pod, "Warning", "Preempted", reason))
-            writes.append(self._guard("evict", self.core_api.create_namespaced_pod_eviction(
+            evictions.append(self._guard("evict", self.core_api.create_namespaced_pod_eviction(
                 meta["name"], meta["namespace"], body, _preload_content=False)))
         if only is None:
             writes.append(self._job_status(snap, job, "Evicted", "Evicting", "True", "Preempted", reason))
+        accepted: list[bool] = list(await asyncio.gather(*evictions))
         await asyncio.gather(*writes)
+        return all(accepted)
 
     async def _explain(self, snap: Snapshot, job: str, reason: str, message: str, event: bool) -> None:
         writes: list[Awaitable[Any]] = []

@@ -210,7 +210,11 @@ def build(nodes: dict[str, Obj], pods: dict[str, Obj], groups: dict[str, Obj], q
                 _charge_foreign(cluster_nodes[node_name], pod)
             continue
         meta = pod["metadata"]
-        if meta.get("deletionTimestamp") or spec.get("schedulingGates"):  # gated: not ready to schedule
+        if meta.get("deletionTimestamp"):  # leaving: its node is not free until it is gone (a kubelet
+            if node_name and not _terminal(pod) and node_name in cluster_nodes:  # would refuse newcomers)
+                _charge_leaving(cluster_nodes[node_name], pod)
+            continue
+        if spec.get("schedulingGates"):  # gated: not ready to schedule
             continue
         group = meta.get("labels", {}).get(POD_GROUP_LABEL)
         if _terminal(pod):
@@ -256,6 +260,25 @@ def build(nodes: dict[str, Obj], pods: dict[str, Obj], groups: dict[str, Obj], q
         snap.cluster.jobs[job_name] = job
         snap.pods_of[job_name] = by_replica
     return snap
+
+
+def _charge_leaving(node: Node, pod: Obj) -> None:
+    """A terminating pod of ours holds what it was given — the devices it recorded — until it is gone."""
+    recorded = (pod["metadata"].get("annotations") or {}).get(DEVICES_ANNOTATION)
+    devices = {int(d) for d in recorded.split(",") if d.strip().isdigit()} if recorded else set()
+    if not devices:
+        _charge_foreign(node, pod)
+        return
+    try:
+        req = pod_request(pod)
+    except (BadSpec, ValueError):
+        return
+    node.used_cpu += req.cpu_milli
+    node.used_mem += req.mem_mib
+    node.pods += 1
+    for d in node.devices:
+        if d.index in devices:
+            d.free = max(0, d.free - req.gpu_milli)
 
 
 def _charge_foreign(node: Node, pod: Obj) -> None:
