@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 DEMO_DIR ?= .demo
 
 .PHONY: all venv binaries test test-unit test-integration lint typecheck demo demo-down down e2e e2e-kind \
-        bench-core bench-openb bench-philly bench-scheduler bench-bridge image clean
+        bench bench-core bench-openb bench-philly bench-scheduler bench-bridge image clean
 
 all: test
 
@@ -54,7 +54,12 @@ e2e: binaries
 e2e-kind: $(STAMP)
 	PY=$(CURDIR)/$(BIN)/python e2e/kind/run.sh
 
-## Benchmarks (not tests): print figures.
+## Benchmarks (not tests): print figures. `make bench` is Kube-Ferry beside Volcano and kube-scheduler
+## (builds vc-scheduler; report in results/bench-<time>/).
+bench: binaries
+	$(BIN)/python -m bench
+
+## Benchmarks of one part each.
 bench-core: $(STAMP)
 	$(BIN)/python -m scheduler.bench.core
 

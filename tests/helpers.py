@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import subprocess
 import time
@@ -13,6 +14,7 @@ from typing import TypeVar
 
 from kubernetes_asyncio import client
 
+from ferry.cluster.process import Component
 from ferry.kube import rest
 
 T = TypeVar("T")
@@ -64,3 +66,9 @@ def kubectl(binary: Path, kubeconfig: Path, *args: str, check: bool = True,
     if check and res.returncode != 0:
         raise AssertionError(f"kubectl {' '.join(args)} failed: {res.stderr.strip()}")
     return res
+
+
+def swapped(original: Component, name: str, overrides: list[str]) -> Component:
+    """The same process under another name, with more flags (later flags win)."""
+    log = original.spec.log.with_name(f"{name}.log")
+    return Component(dataclasses.replace(original.spec, name=name, argv=[*original.spec.argv, *overrides], log=log))

@@ -26,6 +26,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--starvation-preempt-after", type=float, default=6 * 3600.0,
                    help="seconds after which a job whose held nodes did not drain may evict the borrowed "
                         "jobs that overtook it (0: never)")
+    p.add_argument("--config", type=Path, help="YAML file of policy settings (a mounted ConfigMap), re-read "
+                                               "while running; overrides the flags above")
+    p.add_argument("--config-object", default="kube-ferry-system/kube-ferry-scheduler",
+                   help="NAMESPACE/NAME of the ConfigMap holding --config: a refused file is an Event on it")
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=run)
 
@@ -37,8 +41,14 @@ def run(args: argparse.Namespace) -> int:
     if args.kubeconfig is not None and not args.kubeconfig.exists():
         print(f"ferry: error: kubeconfig {args.kubeconfig} does not exist", file=sys.stderr)
         return 1
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_main(args))
+    from scheduler.service.settings import ConfigError
+
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_main(args))
+    except ConfigError as exc:
+        print(f"ferry: error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -50,11 +60,16 @@ async def _main(args: argparse.Namespace) -> None:
     from scheduler.service import metrics
     from scheduler.service.leader import LeaderElector
     from scheduler.service.service import SchedulerService, ServiceConfig
+    from scheduler.service.settings import Settings, SettingsFile
 
-    api = await api_client(args.kubeconfig)
     core = SchedulerConfig(min_runtime_s=args.min_runtime, reservation_after_s=args.reservation_after,
                            starvation_preempt_after_s=args.starvation_preempt_after or None, grow_elastic=False)
-    service = SchedulerService(api, ServiceConfig(period_s=args.period, core=core))
+    settings = SettingsFile(args.config, Settings(core, args.period))
+    start = settings.load()  # a bad file at start is an exit with its reason (run() prints it)
+    ns, _, name = args.config_object.partition("/")
+    api = await api_client(args.kubeconfig)
+    service = SchedulerService(api, ServiceConfig(period_s=start.period_s, core=start.core, settings=settings,
+                                                  config_object=(ns, name)))
     elector: LeaderElector | None = None
     if args.leader_elect:
         service.leading.clear()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import math
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from scheduler.core.decisions import Bind, CancelEviction, CycleResult, Evict, J
 from scheduler.core.scheduler import Scheduler, SchedulerConfig
 from scheduler.service import metrics
 from scheduler.service.accounting import Accountant
+from scheduler.service.settings import SettingsFile
 from scheduler.service.snapshot import GangCounts, ShapeCache, Snapshot, build
 
 GROUP, VERSION = "scheduling.kubeferry.io", "v1alpha1"
@@ -48,6 +50,8 @@ class ServiceConfig:
     # Growing elastic jobs means binding more of their existing pods, which allocation already does;
     # the core's growth step adds replicas, which only simulators can create.
     core: SchedulerConfig = field(default_factory=lambda: SchedulerConfig(grow_elastic=False))
+    settings: SettingsFile | None = None  # re-read before every cycle; replaces core and period_s
+    config_object: tuple[str, str] = ("kube-ferry-system", "kube-ferry-scheduler")  # the ConfigMap Events name
 
 
 class SchedulerService:
@@ -67,7 +71,9 @@ class SchedulerService:
                                poke)
         self.informers = (self.nodes, self.pods, self.groups, self.queues)
         self.accountant = Accountant(Rest(api), lambda: self.groups.store, lambda: self.queues.store)
-        self.assumed: dict[str, tuple[str, tuple[int, ...], float]] = {}  # pod -> (node, devices, since)
+        # pod -> (node, devices, bound at; inf while the binding is in flight): a backlog of bindings can
+        # take longer than the expiry, and an expired assumption would be scheduled and bound twice
+        self.assumed: dict[str, tuple[str, tuple[int, ...], float]] = {}
         # job -> (PodGroup UID, reason, message) last written: Events are not repeated
         self._said: dict[str, tuple[str, str, str]] = {}
         self._queue_status: dict[str, dict[str, Any]] = {}
@@ -128,11 +134,29 @@ class SchedulerService:
             self.wake.clear()
             if not self.leading.is_set():
                 continue
+            await self._reload()
             try:
                 await self.cycle_once()
             except Exception:  # one bad cycle must not stop scheduling; the next starts afresh
                 log.exception("scheduling cycle failed")
                 self._previous = None
+
+    async def _reload(self) -> None:
+        """Apply a changed configuration file; refuse a bad one where the admin looks (log and Event)."""
+        settings = self.config.settings
+        if settings is None:
+            return
+        applied, error = settings.refresh()
+        if applied:
+            before = self.config.core
+            self.config.core, self.config.period_s = settings.current.core, settings.current.period_s
+            changed = {k: v for k, v in vars(self.config.core).items() if vars(before).get(k) != v}
+            log.info("configuration applied", file=str(settings.path), period_s=self.config.period_s, **changed)
+        if error:
+            log.error("configuration refused", reason=error)
+            ns, name = self.config.config_object
+            await self._event({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}},
+                              "Warning", "InvalidConfiguration", error)
 
     def _view(self) -> dict[str, Obj]:
         """Cached pods with this replica's bindings applied until the cache shows them."""
@@ -302,7 +326,7 @@ class SchedulerService:
         pods = snap.pods_of[job]
         targets = [(pods[(d.task, d.index)], d) for d in decisions if (d.task, d.index) in pods]
         for pod, d in targets:
-            self.assumed[key_of(pod)] = (d.node, d.devices, time.monotonic())
+            self.assumed[key_of(pod)] = (d.node, d.devices, math.inf)  # in flight: never expires
         return targets
 
     async def _bind_job(self, job: str, targets: list[tuple[Obj, Bind]], t0: float) -> None:
@@ -312,10 +336,13 @@ class SchedulerService:
         except Exception:  # a connection error: the next cycle decides again
             log.exception("binding failed", job=job)
         finally:
-            for (pod, _), ok in zip(targets, results, strict=True):
+            now = time.monotonic()
+            for (pod, d), ok in zip(targets, results, strict=True):
                 if not ok:
                     self.assumed.pop(key_of(pod), None)
                     self.wake.set()
+                elif key_of(pod) in self.assumed:  # bound: kept until the cache shows it (or a minute)
+                    self.assumed[key_of(pod)] = (d.node, d.devices, now)
         metrics.ATTEMPTS.labels("scheduled" if all(results) else "error").inc()
         metrics.ATTEMPT_SECONDS.observe(time.monotonic() - t0)
         self._said.pop(job, None)

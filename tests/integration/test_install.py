@@ -4,7 +4,6 @@ credentials — and do their whole job; the same tokens are refused what they do
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import subprocess
 from pathlib import Path
@@ -17,7 +16,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from ferry.cluster.planes import COMPUTE, MANIFESTS, ControlPlanes
 from ferry.cluster.process import Component
 from ferry.kube.rest import JSON, MERGE, Rest, api_client, path
-from tests.helpers import eventually
+from tests.helpers import eventually, swapped
 from tests.integration.test_gang_lifecycle import VOLCANO, member, status_of, tenant_group
 
 pytestmark = pytest.mark.usefixtures("vnodes")
@@ -61,20 +60,14 @@ def installed(planes: ControlPlanes, tmp_path_factory: pytest.TempPathFactory) -
     }
 
 
-def _swapped(original: Component, name: str, overrides: list[str]) -> Component:
-    """The same process under another identity (later flags win)."""
-    log = original.spec.log.with_name(f"{name}.log")
-    return Component(dataclasses.replace(original.spec, name=name, argv=[*original.spec.argv, *overrides], log=log))
-
-
 async def test_the_scheduler_and_a_vnode_do_their_job_on_service_account_tokens_alone(
         planes: ControlPlanes, installed: dict[str, Path], vnodes: dict[str, Component],
         ferry_scheduler: Component, tenant_api: client.ApiClient, compute_api: client.ApiClient,
         tenant_ns: str) -> None:
     schedulers = [c for n, c in planes.components.items() if n.startswith("kube-ferry-scheduler") and c.alive()]
-    scheduler = _swapped(ferry_scheduler, "kube-ferry-scheduler-rbac",
+    scheduler = swapped(ferry_scheduler, "kube-ferry-scheduler-rbac",
                          [f"--kubeconfig={installed['scheduler']}", "--identity=rbac"])
-    vnode = _swapped(vnodes["tenant-1"], "tenant-1-vnode-rbac",
+    vnode = swapped(vnodes["tenant-1"], "tenant-1-vnode-rbac",
                      [f"--tenant-kubeconfig={installed['vnode-tenant']}",
                       f"--compute-kubeconfig={installed['vnode-compute']}"])
     for c in [*schedulers, vnodes["tenant-1"]]:

@@ -1,0 +1,121 @@
+"""The benchmark report: a Markdown file with the tables and the targets, PNG plots, and the headline
+table printed at the end. Ratios compare contenders measured in the same run on the same machine."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.throughput import Result
+
+Obj = dict[str, Any]
+FERRY, VOLCANO, KUBE = "kube-ferry", "volcano", "kube-scheduler"
+
+
+@dataclass
+class Target:
+    what: str
+    ratio: float | None
+    goal: float
+    higher_is_better: bool = True
+
+    @property
+    def met(self) -> bool | None:
+        if self.ratio is None:
+            return None
+        return self.ratio >= self.goal if self.higher_is_better else self.ratio <= self.goal
+
+    def row(self) -> str:
+        verdict = {True: "met", False: "**missed**", None: "not measured"}[self.met]
+        ratio = "-" if self.ratio is None else f"{self.ratio:.2f}×"
+        return f"| {self.what} | {ratio} | {'≥' if self.higher_is_better else '≤'} {self.goal:g}× | {verdict} |"
+
+
+def _find(results: list[Result], contender: str, workload: str, mode: str) -> Result | None:
+    return next((r for r in results if (r.contender, r.workload, r.mode) == (contender, workload, mode)), None)
+
+
+def _ratio(a: Result | None, b: Result | None, field: str) -> float | None:
+    if a is None or b is None:
+        return None
+    x, y = getattr(a, field), getattr(b, field)
+    return None if not y else x / y
+
+
+def targets(results: list[Result]) -> list[Target]:
+    out = []
+    for mode in ("stream", "backlog"):
+        f_g, v_g = _find(results, FERRY, "gang", mode), _find(results, VOLCANO, "gang", mode)
+        f_s, v_s, k_s = (_find(results, c, "single", mode) for c in (FERRY, VOLCANO, KUBE))
+        out += [Target(f"gangs of 8, {mode}: Kube-Ferry / Volcano pods/s", _ratio(f_g, v_g, "pods_per_s"), 2.0),
+                Target(f"single pods, {mode}: Kube-Ferry / Volcano pods/s", _ratio(f_s, v_s, "pods_per_s"), 1.0),
+                Target(f"single pods, {mode}: Kube-Ferry / kube-scheduler pods/s", _ratio(f_s, k_s, "pods_per_s"), 1.0),
+                Target(f"single pods, {mode}: Kube-Ferry / kube-scheduler CPU per pod",
+                       _ratio(f_s, k_s, "cpu_s_per_1000"), 1.5, higher_is_better=False)]
+    return out
+
+
+def _fmt(v: float | None, digits: int = 0) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def throughput_table(results: list[Result]) -> list[str]:
+    lines = ["| scheduler | workload | mode | pods | pods/s | last bind after last create (s) | gang p50 (ms) | "
+             "gang p99 (ms) | CPU s / 1,000 pods |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        lines.append(f"| {r.contender} | {r.workload} | {r.mode} | {r.pods} | {r.pods_per_s:.0f} | "
+                     f"{_fmt(r.lag_s, 1)} | {_fmt(r.p50_ms)} | {_fmt(r.p99_ms)} | {r.cpu_s_per_1000:.2f} |")
+    return lines
+
+
+def plot(results: list[Result], out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    made = []
+    cases = sorted({(r.workload, r.mode) for r in results})
+    contenders = list(dict.fromkeys(r.contender for r in results))
+    for field, label, name in (("pods_per_s", "pods bound per second", "throughput.png"),
+                               ("cpu_s_per_1000", "scheduler CPU seconds per 1,000 pods", "cpu.png")):
+        fig, ax = plt.subplots(figsize=(9, 4.5))
+        width = 0.8 / max(1, len(contenders))
+        for i, c in enumerate(contenders):
+            ys = [getattr(r, field) if (r := _find(results, c, w, m)) else 0 for w, m in cases]
+            ax.bar([x + i * width for x in range(len(cases))], ys, width, label=c)
+        ax.set_xticks([x + width * (len(contenders) - 1) / 2 for x in range(len(cases))],
+                      [f"{w}, {m}" for w, m in cases])
+        ax.set_ylabel(label)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        made.append(out / name)
+    return made
+
+
+def write(out: Path, header: Obj, results: list[Result]) -> str:
+    """Write report.md, results.json and the plots into ``out``; return the headline table."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps({**header, "results": [r.as_dict() for r in results]}, indent=2))
+    pngs = plot(results, out)
+    goal = targets(results)
+    headline = ["| target | measured | goal | verdict |", "|---|---:|---:|---|", *(t.row() for t in goal)]
+    md = [f"# Kube-Ferry beside its peers — {header['started']}", "",
+          f"Machine: {header['machine']}. One run, contenders one after another on identical inputs, each on "
+          f"fresh control planes with {header['nodes']} kwok nodes × 8 GPUs. Versions and settings:", ""]
+    md += [f"- **{c['name']}** {c['version']}: {c['settings']}" for c in header["contenders"]]
+    md += ["", "## Targets", "", *headline, "", "## Throughput and latency", "", *throughput_table(results), "",
+           "*stream*: pods created as fast as the machine takes them while the scheduler runs (pods/s from the first "
+           "create to the last bind; the apiserver caps creation here, so the lag of the last bind is what tells "
+           "schedulers apart). *backlog*: pods created while the scheduler was stopped, pods/s from its first bind "
+           "to its last. Gang latency: a gang's last member created → all members bound.", ""]
+    md += [f"![{p.stem}]({p.name})" for p in pngs]
+    missed = [t for t in goal if t.met is False]
+    if missed:
+        md += ["", "## Missed", "", *(f"- {t.what}: {t.ratio:.2f}× (goal {t.goal:g}×)" for t in missed if t.ratio)]
+    (out / "report.md").write_text("\n".join(md) + "\n")
+    return "\n".join(headline)

@@ -1,0 +1,133 @@
+"""The scheduler's configuration file: policy tunables in YAML, validated, and re-read while running.
+
+A real deployment mounts it from a ConfigMap (``manifests/compute/scheduler-config.yaml``); a changed
+file applies at the next cycle without a restart. A file that does not parse or validate is refused:
+the previous configuration stays, and the reason is returned so the service can log it and put it in an
+Event. The command-line flags are the base; the file overrides what it sets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from scheduler.core.scheduler import SchedulerConfig
+
+
+class ConfigFile(BaseModel):
+    """What the file may set (camelCase keys, as Kubernetes configuration files are written)."""
+
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+    period_seconds: float | None = Field(None, gt=0, le=60, description="seconds between cycles at most")
+    fair_share: bool | None = None
+    backfill: bool | None = None
+    reclaim: bool | None = None
+    preempt: bool | None = None
+    grow_elastic: bool | None = None
+    min_runtime_seconds: float | None = Field(None, ge=0)
+    reservation_after_seconds: float | None = Field(None, ge=0)
+    max_reserved_fraction: float | None = Field(None, ge=0, le=1)
+    max_hold_doublings: int | None = Field(None, ge=0, le=16)
+    starvation_preempt_after_seconds: float | None = Field(None, ge=0, description="0: never")
+    preemption_attempts: int | None = Field(None, ge=0, le=64)
+    victim_cooldown_seconds: float | None = Field(None, ge=0)
+    preemption_retry_seconds: float | None = Field(None, ge=0)
+
+
+# ConfigFile field -> SchedulerConfig field (the core's names end in _s)
+_CORE_FIELDS = {
+    "fair_share": "fair_share", "backfill": "backfill", "reclaim": "reclaim", "preempt": "preempt",
+    "grow_elastic": "grow_elastic", "min_runtime_seconds": "min_runtime_s",
+    "reservation_after_seconds": "reservation_after_s", "max_reserved_fraction": "max_reserved_fraction",
+    "max_hold_doublings": "max_hold_doublings", "starvation_preempt_after_seconds": "starvation_preempt_after_s",
+    "preemption_attempts": "preemption_attempts", "victim_cooldown_seconds": "victim_cooldown_s",
+    "preemption_retry_seconds": "preemption_retry_s",
+}
+
+
+class ConfigError(ValueError):
+    """The file cannot be used; the message names the file, the field and what is wrong."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    core: SchedulerConfig
+    period_s: float
+
+
+def parse(text: str, base: Settings, source: str = "configuration") -> Settings:
+    try:
+        data: Any = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not YAML: {exc}".replace("\n", " ")) from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping of settings, got {type(data).__name__}")
+    try:
+        conf = ConfigFile.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top)'}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"{source}: {problems}") from exc
+    changes: dict[str, Any] = {}
+    for name, core_name in _CORE_FIELDS.items():
+        value = getattr(conf, name)
+        if value is None:
+            continue
+        if name in ("starvation_preempt_after_seconds", "reservation_after_seconds") and value == 0:
+            value = None  # 0 switches it off
+        changes[core_name] = value
+    core = dataclasses.replace(base.core, **changes)
+    return Settings(core, conf.period_seconds if conf.period_seconds is not None else base.period_s)
+
+
+class SettingsFile:
+    """Re-reads a configuration file when its content changes (a ConfigMap volume swaps a symlink)."""
+
+    def __init__(self, path: Path | None, base: Settings) -> None:
+        self.path = path
+        self.base = base
+        self.current = base
+        self._digest = ""
+
+    def load(self) -> Settings:
+        """The first read: a bad file stops the scheduler from starting (ConfigError)."""
+        if self.path is None:
+            return self.current
+        try:
+            data = self.path.read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"{self.path}: cannot be read ({exc.strerror})") from exc
+        self.current = parse(data.decode(errors="replace"), self.base, str(self.path))
+        self._digest = hashlib.sha256(data).hexdigest()
+        return self.current
+
+    def refresh(self) -> tuple[bool, str | None]:
+        """(applied a new configuration, why a changed file was refused)."""
+        if self.path is None:
+            return False, None
+        try:
+            data = self.path.read_bytes()
+        except OSError as exc:
+            digest = f"unreadable:{exc.errno}"
+            if digest == self._digest:
+                return False, None
+            self._digest = digest
+            return False, f"{self.path}: cannot be read ({exc.strerror}); keeping the previous configuration"
+        digest = hashlib.sha256(data).hexdigest()
+        if digest == self._digest:
+            return False, None
+        self._digest = digest
+        try:
+            self.current = parse(data.decode(errors="replace"), self.base, str(self.path))
+        except ConfigError as exc:
+            return False, f"{exc}; keeping the previous configuration"
+        return True, None

@@ -1,0 +1,60 @@
+"""The scheduler's configuration file: validation, overrides of the flags, reload and refusal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scheduler.core.scheduler import SchedulerConfig
+from scheduler.service.settings import ConfigError, Settings, SettingsFile, parse
+
+BASE = Settings(SchedulerConfig(min_runtime_s=300.0, grow_elastic=False), period_s=0.5)
+
+
+def test_the_file_overrides_what_it_sets_and_keeps_the_rest() -> None:
+    s = parse("minRuntimeSeconds: 20\nperiodSeconds: 0.2\nstarvationPreemptAfterSeconds: 0\n", BASE)
+    assert s.core.min_runtime_s == 20 and s.period_s == 0.2
+    assert s.core.starvation_preempt_after_s is None  # 0 switches it off
+    assert s.core.victim_cooldown_s == BASE.core.victim_cooldown_s and s.core.grow_elastic is False
+    assert parse("", BASE) == BASE
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("minRuntimeSeconds: -1", "minRuntimeSeconds: Input should be greater than or equal to 0"),
+    ("minRuntime: 20", "minRuntime: Extra inputs are not permitted"),
+    ("maxReservedFraction: 2", "maxReservedFraction: Input should be less than or equal to 1"),
+    ("backfill: maybe", "backfill: Input should be a valid boolean"),
+    ("- a\n- b", "expected a mapping of settings, got list"),
+    ("a: [", "not YAML"),
+])
+def test_a_bad_file_is_refused_with_the_field_and_the_reason(text: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=None) as info:
+        parse(text, BASE, "config.yaml")
+    assert says in str(info.value) and str(info.value).startswith("config.yaml: ")
+
+
+def test_a_changed_file_applies_and_a_broken_one_keeps_the_previous(tmp_path: Path) -> None:
+    f = tmp_path / "config.yaml"
+    f.write_text("minRuntimeSeconds: 20\n")
+    settings = SettingsFile(f, BASE)
+    assert settings.load().core.min_runtime_s == 20
+    assert settings.refresh() == (False, None)  # unchanged: nothing to do
+    f.write_text("minRuntimeSeconds: 45\n")
+    assert settings.refresh() == (True, None) and settings.current.core.min_runtime_s == 45
+    f.write_text("minRuntimeSeconds: soon\n")
+    applied, error = settings.refresh()
+    assert not applied and error is not None and "keeping the previous configuration" in error
+    assert settings.current.core.min_runtime_s == 45
+    assert settings.refresh() == (False, None)  # said once, not every cycle
+    f.unlink()
+    applied, error = settings.refresh()
+    assert not applied and error is not None and "cannot be read" in error
+    assert settings.current.core.min_runtime_s == 45
+
+
+def test_a_bad_file_at_start_is_an_error(tmp_path: Path) -> None:
+    f = tmp_path / "config.yaml"
+    f.write_text("periodSeconds: 0\n")
+    with pytest.raises(ConfigError, match="periodSeconds"):
+        SettingsFile(f, BASE).load()
