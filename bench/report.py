@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.bridge import Phase
 from bench.throughput import Result
 
 Obj = dict[str, Any]
@@ -42,6 +43,24 @@ def _ratio(a: Result | None, b: Result | None, field: str) -> float | None:
         return None
     x, y = getattr(a, field), getattr(b, field)
     return None if not y else x / y
+
+
+def bridge_targets(phases: list[Phase]) -> list[Target]:
+    direct = next((p for p in phases if p.path == "direct" and p.rate > 0), None)
+    bridged = next((p for p in phases if p.path == "bridge"), None)
+    if direct is None or bridged is None:
+        return []
+    return [Target("bridge / direct pods/s at the direct sustained rate", bridged.pods_per_s / direct.pods_per_s, 0.8),
+            Target("bridge p99 create→Running, seconds (absolute)", bridged.p99_ms / 1000, 1.0,
+                   higher_is_better=False)]
+
+
+def bridge_table(phases: list[Phase]) -> list[str]:
+    lines = ["| path | offered pods/s | pods | pods/s | create→Running p50 (ms) | p99 (ms) |",
+             "|---|---:|---:|---:|---:|---:|"]
+    lines += [f"| {p.path} | {'burst' if p.rate <= 0 else f'{p.rate:.0f}'} | {p.pods} | {p.pods_per_s:.0f} | "
+              f"{p.p50_ms:.0f} | {p.p99_ms:.0f} |" for p in phases]
+    return lines
 
 
 def targets(results: list[Result]) -> list[Target]:
@@ -97,12 +116,13 @@ def plot(results: list[Result], out: Path) -> list[Path]:
     return made
 
 
-def write(out: Path, header: Obj, results: list[Result]) -> str:
+def write(out: Path, header: Obj, results: list[Result], phases: list[Phase]) -> str:
     """Write report.md, results.json and the plots into ``out``; return the headline table."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps({**header, "results": [r.as_dict() for r in results]}, indent=2))
+    (out / "results.json").write_text(json.dumps({**header, "results": [r.as_dict() for r in results],
+                                                   "bridge": [p.as_dict() for p in phases]}, indent=2))
     pngs = plot(results, out)
-    goal = targets(results)
+    goal = targets(results) + bridge_targets(phases)
     headline = ["| target | measured | goal | verdict |", "|---|---:|---:|---|", *(t.row() for t in goal)]
     md = [f"# Kube-Ferry beside its peers — {header['started']}", "",
           f"Machine: {header['machine']}. One run, contenders one after another on identical inputs, each on "
@@ -114,6 +134,11 @@ def write(out: Path, header: Obj, results: list[Result]) -> str:
            "schedulers apart). *backlog*: pods created while the scheduler was stopped, pods/s from its first bind "
            "to its last. Gang latency: a gang's last member created → all members bound.", ""]
     md += [f"![{p.stem}]({p.name})" for p in pngs]
+    if phases:
+        md += ["", "## Bridge overhead", "", *bridge_table(phases), "",
+               "The direct burst measures the rate the machine sustains for pods created straight in the compute "
+               "cluster; both paths are then offered 90 % of it. Latency: the create call to the pod seen Running "
+               "by whoever created it (for the bridge, the tenant pod)."]
     missed = [t for t in goal if t.met is False]
     if missed:
         md += ["", "## Missed", "", *(f"- {t.what}: {t.ratio:.2f}× (goal {t.goal:g}×)" for t in missed if t.ratio)]
