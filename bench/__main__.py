@@ -46,7 +46,8 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--pods", type=int, default=5000)
     parser.add_argument("--gangs", type=int, default=500)
-    parser.add_argument("--only", action="append", choices=("kube-ferry", "volcano", "kube-scheduler"))
+    parser.add_argument("--only", action="append", choices=("kube-ferry", "volcano", "kube-scheduler", "bridge"),
+                        help="run only these parts (repeatable; default: all)")
     parser.add_argument("--bridge-pods", type=int, default=1000, help="pods per bridge-overhead phase (0: skip)")
     parser.add_argument("--out", type=Path, default=Path("results"))
     args = parser.parse_args()
@@ -55,20 +56,21 @@ def main() -> int:
     chosen = contenders(args.only)
     results: list[Result] = []
     t0 = time.monotonic()
-    for i, c in enumerate(chosen, 1):
-        say(f"[{i}/{len(chosen)}] {c.name} {c.version} ({time.monotonic() - t0:.0f} s so far)")
-        with tempfile.TemporaryDirectory(prefix=f"ferry-bench-{c.name}-") as tmp:
-            results += asyncio.run(measure(c, Path(tmp), args.nodes, args.pods, args.gangs, say))
-    phases: list[bridge.Phase] = []
-    if args.bridge_pods:
-        say(f"[bridge] through a tenant cluster and its vnode vs directly ({time.monotonic() - t0:.0f} s so far)")
-        with tempfile.TemporaryDirectory(prefix="ferry-bench-bridge-") as tmp:
-            phases = asyncio.run(bridge.measure(Path(tmp), args.bridge_pods, say))
     out = args.out / f"bench-{started:%Y%m%dT%H%M%SZ}"
     header = {"started": started.isoformat(timespec="seconds"), "nodes": args.nodes, "pods": args.pods,
               "gangs": args.gangs,
               "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
               "contenders": [{"name": c.name, "version": c.version, "settings": c.settings} for c in chosen]}
+    phases: list[bridge.Phase] = []
+    for i, c in enumerate(chosen, 1):
+        say(f"[{i}/{len(chosen)}] {c.name} {c.version} ({time.monotonic() - t0:.0f} s so far)")
+        with tempfile.TemporaryDirectory(prefix=f"ferry-bench-{c.name}-") as tmp:
+            results += asyncio.run(measure(c, Path(tmp), args.nodes, args.pods, args.gangs, say))
+        report.write(out, header, results, phases)  # what is measured so far survives a later failure
+    if args.bridge_pods and (not args.only or "bridge" in args.only):
+        say(f"[bridge] through a tenant cluster and its vnode vs directly ({time.monotonic() - t0:.0f} s so far)")
+        with tempfile.TemporaryDirectory(prefix="ferry-bench-bridge-") as tmp:
+            phases = asyncio.run(bridge.measure(Path(tmp), args.bridge_pods, say))
     headline = report.write(out, header, results, phases)
     print(headline)
     say(f"report: {out / 'report.md'} ({time.monotonic() - t0:.0f} s)")

@@ -1,6 +1,6 @@
 """Bridge overhead: the same pods submitted through a tenant cluster and its virtual node, or created
-directly in the compute cluster, on one set of control planes (one tenant, 100 kwok nodes, the
-Kube-Ferry scheduler and the tenant's vnode).
+directly in the compute cluster, on one set of control planes (one tenant, kwok nodes with a GPU for
+every pod, the Kube-Ferry scheduler and the tenant's vnode).
 
 First the rate the machine sustains for direct submission is measured (a burst of pods created as fast
 as the apiserver takes them, counted to the last one Running); then, at that rate, the same number of
@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.throughput import percentile, until
+from bench.throughput import cpu_seconds, percentile, until
 from ferry import binaries
 from ferry.cluster.planes import COMPUTE, ControlPlanes, Shape
 from ferry.kube.informer import Informer
@@ -38,9 +38,20 @@ class Phase:
     pods_per_s: float
     p50_ms: float
     p99_ms: float
+    cpu_ms_per_pod: dict[str, float]  # by component: where the machine's time went
 
     def as_dict(self) -> Obj:
         return asdict(self)
+
+
+def _cpu(planes: ControlPlanes) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, pid in planes.pids().items():
+        try:
+            out[name] = cpu_seconds(pid)
+        except OSError:
+            continue
+    return out
 
 
 def _pod(name: str, bridged: bool) -> Obj:
@@ -82,17 +93,21 @@ async def _submit(rest: Rest, ns: str, n: int, rate: float, bridged: bool, prefi
     return sent
 
 
-async def _phase(rest: Rest, ns: str, n: int, rate: float, bridged: bool, prefix: str) -> Phase:
+async def _phase(planes: ControlPlanes, rest: Rest, ns: str, n: int, rate: float, bridged: bool,
+                 prefix: str) -> Phase:
     watch = RunningWatch(rest, ns)
     task = asyncio.create_task(watch.informer.run())
     try:
         await watch.informer.synced.wait()
+        cpu0 = _cpu(planes)
         sent = await _submit(rest, ns, n, rate, bridged, prefix)
         await until(lambda: all(k in watch.running for k in sent), 900, f"{n} pods Running")
+        cpu1 = _cpu(planes)
         lat = [watch.running[k] - sent[k] for k in sent]
         span = max(watch.running[k] for k in sent) - min(sent.values())
+        cpu = {name: round((cpu1[name] - cpu0[name]) * 1000 / n, 1) for name in cpu1 if name in cpu0}
         return Phase("bridge" if bridged else "direct", rate, n, n / span, statistics.median(lat) * 1000,
-                     percentile(lat, 0.99) * 1000)
+                     percentile(lat, 0.99) * 1000, cpu)
     finally:
         task.cancel()
 
@@ -107,13 +122,14 @@ async def _clean(rest: Rest, ns: str) -> None:
 
 
 async def measure(workdir: Path, pods: int, say: Say) -> list[Phase]:
-    planes = ControlPlanes(workdir, Shape(tenants=1, gpu_nodes=100, gpus_per_node=8), binaries.ensure())
+    nodes = max(100, pods // 8 + 25)  # room for every pod of a phase (one GPU each)
+    planes = ControlPlanes(workdir, Shape(tenants=1, gpu_nodes=nodes, gpus_per_node=8), binaries.ensure())
     planes.prepare()
     planes.add_scheduler()
     planes.add_vnode("tenant-1")
     t0 = time.monotonic()
     await asyncio.to_thread(planes.start)
-    say(f"  [bridge] control planes (one tenant, its vnode, 100 kwok nodes) ready in {time.monotonic() - t0:.0f} s")
+    say(f"  [bridge] control planes (one tenant, its vnode, {nodes} kwok nodes) ready in {time.monotonic() - t0:.0f} s")
     compute_api = await api_client(planes.kubeconfig(COMPUTE))
     tenant_api = await api_client(planes.kubeconfig("tenant-1"), pool=200)
     compute, tenant = Rest(compute_api), Rest(tenant_api)
@@ -126,13 +142,13 @@ async def measure(workdir: Path, pods: int, say: Say) -> list[Phase]:
                 return await rest.get_or_none(path("", "v1", "serviceaccounts", "bench", "default")) is not None
 
             await until(has_sa, 60, "ServiceAccount default")
-        burst = await _phase(compute, "bench", pods, 0, False, "burst-")
+        burst = await _phase(planes, compute, "bench", pods, 0, False, "burst-")
         say(f"  [bridge] direct burst: {burst.pods_per_s:.0f} pods/s sustained to Running")
         out.append(burst)
         await _clean(compute, "bench")
         rate = max(1.0, round(burst.pods_per_s * 0.9))
         for bridged, rest in ((False, compute), (True, tenant)):
-            ph = await _phase(rest, "bench", pods, rate, bridged, "p-")
+            ph = await _phase(planes, rest, "bench", pods, rate, bridged, "p-")
             say(f"  [bridge] {ph.path} at {rate:.0f} pods/s offered: {ph.pods_per_s:.0f} pods/s, create→Running "
                 f"p50 {ph.p50_ms:.0f} ms p99 {ph.p99_ms:.0f} ms")
             out.append(ph)

@@ -60,6 +60,14 @@ def bridge_table(phases: list[Phase]) -> list[str]:
              "|---|---:|---:|---:|---:|---:|"]
     lines += [f"| {p.path} | {'burst' if p.rate <= 0 else f'{p.rate:.0f}'} | {p.pods} | {p.pods_per_s:.0f} | "
               f"{p.p50_ms:.0f} | {p.p99_ms:.0f} |" for p in phases]
+    paced = [p for p in phases if p.rate > 0]
+    names = sorted({n for p in paced for n in p.cpu_ms_per_pod}, key=lambda n: -max(p.cpu_ms_per_pod.get(n, 0)
+                                                                                   for p in paced))
+    if paced and names:
+        lines += ["", "Where the machine's time went (CPU ms per pod, by process):", "",
+                  "| process | " + " | ".join(p.path for p in paced) + " |", "|---|" + "---:|" * len(paced)]
+        lines += [f"| {n} | " + " | ".join(f"{p.cpu_ms_per_pod.get(n, 0):.1f}" for p in paced) + " |" for n in names]
+        lines.append("| **total** | " + " | ".join(f"{sum(p.cpu_ms_per_pod.values()):.1f}" for p in paced) + " |")
     return lines
 
 

@@ -27,7 +27,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from ferry.keys import DEVICES_ANNOTATION, SCHEDULER_NAME, WILL_EVICT_AT, WILL_EVICT_BY
 from ferry.kube.informer import Informer, Obj, key_of
-from ferry.kube.rest import Rest
+from ferry.kube.rest import Rest, path
 from scheduler.core.decisions import Bind, CancelEviction, CycleResult, Evict, JobStatus, NotifyWillEvict, Shrink
 from scheduler.core.scheduler import Scheduler, SchedulerConfig
 from scheduler.service import metrics
@@ -36,6 +36,7 @@ from scheduler.service.settings import SettingsFile
 from scheduler.service.snapshot import GangCounts, ShapeCache, Snapshot, build
 
 GROUP, VERSION = "scheduling.kubeferry.io", "v1alpha1"
+IDLE_PERIODS = 5  # with nothing new, a cycle every this many periods
 log = structlog.get_logger("ferry.scheduler")
 
 
@@ -70,7 +71,8 @@ class SchedulerService:
         self.queues = Informer("queues", partial(self.custom.list_cluster_custom_object, GROUP, VERSION, "queues"),
                                poke)
         self.informers = (self.nodes, self.pods, self.groups, self.queues)
-        self.accountant = Accountant(Rest(api), lambda: self.groups.store, lambda: self.queues.store)
+        self.rest = Rest(api)
+        self.accountant = Accountant(self.rest, lambda: self.groups.store, lambda: self.queues.store)
         # pod -> (node, devices, bound at; inf while the binding is in flight): a backlog of bindings can
         # take longer than the expiry, and an expired assumption would be scheduled and bound twice
         self.assumed: dict[str, tuple[str, tuple[int, ...], float]] = {}
@@ -127,19 +129,28 @@ class SchedulerService:
             tg.create_task(self.accountant.run(self.leading))
 
     async def _loop(self) -> None:
+        quiet_since = 0.0  # when a cycle last decided nothing (0: the last one decided something)
         while True:
             await self.leading.wait()
+            woken = False
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout=self.config.period_s)
+                woken = True
             self.wake.clear()
             if not self.leading.is_set():
                 continue
             await self._reload()
+            # Nothing changed and the last cycle decided nothing: only the clock moves (grace deadlines,
+            # holds), which a cycle every few periods sees in time; each cycle costs the whole cluster.
+            if not woken and quiet_since and time.monotonic() - quiet_since < IDLE_PERIODS * self.config.period_s:
+                continue
             try:
-                await self.cycle_once()
+                result = await self.cycle_once()
+                quiet_since = 0.0 if result.decisions else time.monotonic()
             except Exception:  # one bad cycle must not stop scheduling; the next starts afresh
                 log.exception("scheduling cycle failed")
                 self._previous = None
+                quiet_since = 0.0
 
     async def _reload(self) -> None:
         """Apply a changed configuration file; refuse a bad one where the admin looks (log and Event)."""
@@ -357,17 +368,17 @@ class SchedulerService:
         self.wake.set()
 
     async def _bind(self, pod: Obj, d: Bind) -> bool:
+        """One write per pod: the apiserver copies a Binding's annotations onto the pod with its node, so
+        the chosen devices arrive with the binding (never a pod on a node without its devices). Plain
+        JSON through Rest: the generic client's walk over every request body cost more CPU than deciding."""
         meta = pod["metadata"]
         ns, name = meta["namespace"], meta["name"]
+        body: Obj = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "uid": meta.get("uid")},
+                     "target": {"apiVersion": "v1", "kind": "Node", "name": d.node}}
         if d.devices:
-            ok = await self._guard(f"devices {ns}/{name}", self.core_api.patch_namespaced_pod(
-                name, ns, {"metadata": {"annotations": {DEVICES_ANNOTATION: ",".join(map(str, d.devices))}}}))
-            if not ok:
-                return False
-        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "uid": meta.get("uid")},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": d.node}}
-        ok = await self._guard(f"bind {ns}/{name}", self.core_api.create_namespaced_pod_binding(
-            name, ns, body, _preload_content=False))
+            body["metadata"]["annotations"] = {DEVICES_ANNOTATION: ",".join(map(str, d.devices))}
+        ok = await self._guard(f"bind {ns}/{name}", self.rest.raw("POST", path("", "v1", "pods", ns, name, "binding"),
+                                                                  body))
         metrics.BINDINGS.labels("ok" if ok else "error").inc()
         return ok
 
