@@ -117,10 +117,15 @@ async def queues_set(d: Demo) -> str | None:
             f"other is idle; victims get {d.grace} s to checkpoint (kubectl get fq)")
 
 
+async def submit_gang(d: Demo, tenant: str, job: str, members: int, gpus: int, elastic: bool = False) -> None:
+    """A Volcano PodGroup, then its pods, as an operator creates them."""
+    await d.create(tenant, objects.volcano_group(job, members, elastic=elastic))
+    for body in objects.gang_members(job, members, gpus, elastic=elastic):
+        await d.create(tenant, body)
+
+
 async def submit_train(d: Demo) -> None:
-    await d.create(TENANT_A, objects.volcano_group("train", GANG))
-    for body in objects.gang_members("train", GANG, d.gpus_per_node):
-        await d.create(TENANT_A, body)
+    await submit_gang(d, TENANT_A, "train", GANG, d.gpus_per_node)
 
 
 async def train_runs(d: Demo) -> str | None:
@@ -160,9 +165,7 @@ def elastic_names() -> list[str]:
 
 async def submit_elastic(d: Demo) -> None:
     for job in elastic_names():
-        await d.create(TENANT_A, objects.volcano_group(job, d.elastic_members, elastic=True))
-        for body in objects.gang_members(job, d.elastic_members, d.gpus_per_node, elastic=True):
-            await d.create(TENANT_A, body)
+        await submit_gang(d, TENANT_A, job, d.elastic_members, d.gpus_per_node, elastic=True)
 
 
 async def elastic_soak(d: Demo) -> str | None:
@@ -180,9 +183,7 @@ async def elastic_soak(d: Demo) -> str | None:
 
 
 async def submit_eval(d: Demo) -> None:
-    await d.create(TENANT_B, objects.volcano_group("eval", GANG))
-    for body in objects.gang_members("eval", GANG, d.gpus_per_node):
-        await d.create(TENANT_B, body)
+    await submit_gang(d, TENANT_B, "eval", GANG, d.gpus_per_node)
 
 
 async def notice_given(d: Demo) -> str | None:
@@ -248,9 +249,7 @@ async def unsafe_refused(d: Demo) -> str | None:
 
 
 async def submit_huge(d: Demo) -> None:
-    await d.create(TENANT_B, objects.volcano_group("huge", 2))
-    for body in objects.gang_members("huge", 2, 2 * d.gpus_per_node):
-        await d.create(TENANT_B, body)
+    await submit_gang(d, TENANT_B, "huge", 2, 2 * d.gpus_per_node)
 
 
 async def huge_explained(d: Demo) -> str | None:

@@ -207,12 +207,12 @@ def build(nodes: dict[str, Obj], pods: dict[str, Obj], groups: dict[str, Obj], q
         node_name = spec.get("nodeName")
         if spec.get("schedulerName") != SCHEDULER_NAME:
             if node_name and not _terminal(pod) and node_name in cluster_nodes:
-                _charge_foreign(cluster_nodes[node_name], pod)
+                _charge(cluster_nodes[node_name], pod)
             continue
         meta = pod["metadata"]
         if meta.get("deletionTimestamp"):  # leaving: its node is not free until it is gone (a kubelet
             if node_name and not _terminal(pod) and node_name in cluster_nodes:  # would refuse newcomers)
-                _charge_leaving(cluster_nodes[node_name], pod)
+                _charge(cluster_nodes[node_name], pod)
             continue
         if spec.get("schedulingGates"):  # gated: not ready to schedule
             continue
@@ -262,13 +262,14 @@ def build(nodes: dict[str, Obj], pods: dict[str, Obj], groups: dict[str, Obj], q
     return snap
 
 
-def _charge_leaving(node: Node, pod: Obj) -> None:
-    """A terminating pod of ours holds what it was given — the devices it recorded — until it is gone."""
+def _recorded_devices(pod: Obj) -> set[int]:
     recorded = (pod["metadata"].get("annotations") or {}).get(DEVICES_ANNOTATION)
-    devices = {int(d) for d in recorded.split(",") if d.strip().isdigit()} if recorded else set()
-    if not devices:
-        _charge_foreign(node, pod)
-        return
+    return {int(d) for d in recorded.split(",") if d.strip().isdigit()} if recorded else set()
+
+
+def _charge(node: Node, pod: Obj) -> None:
+    """What a pod the core does not place holds on its node: a terminating pod of ours the devices it
+    recorded, until it is gone; a pod of another scheduler (or bound by hand) whole free GPUs."""
     try:
         req = pod_request(pod)
     except (BadSpec, ValueError):
@@ -276,20 +277,11 @@ def _charge_leaving(node: Node, pod: Obj) -> None:
     node.used_cpu += req.cpu_milli
     node.used_mem += req.mem_mib
     node.pods += 1
-    for d in node.devices:
-        if d.index in devices:
-            d.free = max(0, d.free - req.gpu_milli)
-
-
-def _charge_foreign(node: Node, pod: Obj) -> None:
-    """Pods of other schedulers (or bound by hand) use the node too."""
-    try:
-        req = pod_request(pod)
-    except (BadSpec, ValueError):
+    if devices := _recorded_devices(pod):
+        for d in node.devices:
+            if d.index in devices:
+                d.free = max(0, d.free - req.gpu_milli)
         return
-    node.used_cpu += req.cpu_milli
-    node.used_mem += req.mem_mib
-    node.pods += 1
     free = [d for d in node.devices if d.free == GPU_MILLI]
     for d in free[: req.gpus]:
         d.free = 0
