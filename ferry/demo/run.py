@@ -201,7 +201,7 @@ async def _summary(demo: Demo, plan: list[Step], observer: Observer, directory: 
     say(f"  kubectl ferry status --kubeconfig {kc[TENANT_B]}")
     say(f"  kubectl ferry why-pending podgroup/huge -n {NAMESPACE} --kubeconfig {kc[TENANT_B]}")
     say(f"  kubectl ferry usage --by job --kubeconfig {kc['compute']}")
-    say(f"Stop: make demo-down (ferry down --dir {directory})")
+    say(f"Stop: make down (ferry down --dir {directory})")
     if failure:
         say(f"ferry demo: error: {failure}")
         return 1
