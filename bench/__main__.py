@@ -2,7 +2,7 @@
 
 Builds what it needs (control planes, vc-scheduler), measures each contender on fresh control planes
 with the same nodes and pods, writes ``results/bench-<time>/report.md`` with tables and PNG plots, and
-prints the headline table. Long: about 25 minutes on 2 cores.
+prints the headline table. Long: about 40 minutes on 2 cores.
 """
 
 from __future__ import annotations
