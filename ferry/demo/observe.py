@@ -18,9 +18,9 @@ from ferry.demo.objects import NAMESPACE
 from ferry.keys import API_GROUP, API_VERSION, WILL_EVICT_CONDITION
 from ferry.kube.rest import Rest, path
 from ferry.status import gpus_of, queue_rows
+from vnode.naming import TENANT_LABEL
 
 Obj = dict[str, Any]
-TENANT_LABEL = "kubeferry.io/tenant"
 
 
 @dataclass

@@ -18,6 +18,7 @@ from ferry.demo.observe import will_evict
 from ferry.keys import API_GROUP, API_VERSION, DEVICES_ANNOTATION
 from ferry.kube.rest import Rest, path
 from ferry.whypending import explain
+from vnode.naming import UPSTREAM_NS_LABEL
 
 Obj = dict[str, Any]
 TENANT_A, TENANT_B = "tenant-1", "tenant-2"
@@ -59,7 +60,7 @@ class Demo:
 
     async def compute_pods(self, tenant: str, job: str) -> list[Obj]:
         items: list[Obj] = (await self.compute.get(path("", "v1", "pods", tenant),
-                                                   labelSelector=f"app={job},kubeferry.io/upstream-namespace={NAMESPACE}"))["items"]
+                                                   labelSelector=f"app={job},{UPSTREAM_NS_LABEL}={NAMESPACE}"))["items"]
         return [p for p in items if not p["metadata"].get("deletionTimestamp")]
 
     async def create(self, tenant: str, body: Obj) -> None:
