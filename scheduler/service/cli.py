@@ -62,8 +62,9 @@ async def _main(args: argparse.Namespace) -> None:
     from scheduler.service.service import SchedulerService, ServiceConfig
     from scheduler.service.settings import Settings, SettingsFile
 
-    core = SchedulerConfig(min_runtime_s=args.min_runtime, reservation_after_s=args.reservation_after,
-                           starvation_preempt_after_s=args.starvation_preempt_after or None, grow_elastic=False)
+    core = SchedulerConfig.preset("ferry", min_runtime_s=args.min_runtime, reservation_after_s=args.reservation_after,
+                                  starvation_preempt_after_s=args.starvation_preempt_after or None,
+                                  ).without_actions("grow")
     settings = SettingsFile(args.config, Settings(core, args.period))
     start = settings.load()  # a bad file at start is an exit with its reason (run() prints it)
     ns, _, name = args.config_object.partition("/")

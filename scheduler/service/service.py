@@ -50,7 +50,7 @@ class ServiceConfig:
     write_concurrency: int = 64
     # Growing elastic jobs means binding more of their existing pods, which allocation already does;
     # the core's growth step adds replicas, which only simulators can create.
-    core: SchedulerConfig = field(default_factory=lambda: SchedulerConfig(grow_elastic=False))
+    core: SchedulerConfig = field(default_factory=lambda: SchedulerConfig.preset("ferry").without_actions("grow"))
     settings: SettingsFile | None = None  # re-read before every cycle; replaces core and period_s
     config_object: tuple[str, str] = ("kube-ferry-system", "kube-ferry-scheduler")  # the ConfigMap Events name
 

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
-from scheduler.core.scheduler import SchedulerConfig
+from scheduler.core.actions import ACTIONS
+from scheduler.core.plugins import PLUGINS
+from scheduler.core.scheduler import PRESETS, SchedulerConfig
 
 
 class ConfigFile(BaseModel):
@@ -27,11 +30,10 @@ class ConfigFile(BaseModel):
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
 
     period_seconds: float | None = Field(None, gt=0, le=60, description="seconds between cycles at most")
-    fair_share: bool | None = None
+    preset: str | None = Field(None, description=f"one of {', '.join(PRESETS)}: its actions, plugins and backfill")
+    actions: list[str] | None = Field(None, description="the cycle's steps, in order (replaces the preset's)")
+    plugins: list[str] | None = Field(None, description="the policies that decide, in order (replaces the preset's)")
     backfill: bool | None = None
-    reclaim: bool | None = None
-    preempt: bool | None = None
-    grow_elastic: bool | None = None
     min_runtime_seconds: float | None = Field(None, ge=0)
     reservation_after_seconds: float | None = Field(None, ge=0)
     max_reserved_fraction: float | None = Field(None, ge=0, le=1)
@@ -41,11 +43,43 @@ class ConfigFile(BaseModel):
     victim_cooldown_seconds: float | None = Field(None, ge=0)
     preemption_retry_seconds: float | None = Field(None, ge=0)
 
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, value: str | None) -> str | None:
+        if value is not None and value not in PRESETS:
+            raise ValueError(f"unknown preset {value!r}; choose from {', '.join(PRESETS)}")
+        return value
+
+    @field_validator("actions")
+    @classmethod
+    def _known_actions(cls, value: list[str] | None) -> list[str] | None:
+        return _names(value, ACTIONS, "action", refused={
+            "grow": "the service cannot add pods to a job (its operator does); elastic jobs grow by binding "
+                    "the pods they already have"})
+
+    @field_validator("plugins")
+    @classmethod
+    def _known_plugins(cls, value: list[str] | None) -> list[str] | None:
+        return _names(value, PLUGINS, "plugin")
+
+
+def _names(value: list[str] | None, known: Mapping[str, object], kind: str,
+           refused: Mapping[str, str] | None = None) -> list[str] | None:
+    if value is None:
+        return None
+    for name in value:
+        if refused and name in refused:
+            raise ValueError(f"{kind} {name!r} is not for the service: {refused[name]}")
+        if name not in known:
+            raise ValueError(f"unknown {kind} {name!r}; known: {', '.join(known)}")
+    if len(set(value)) != len(value):
+        raise ValueError(f"a {kind} is named twice")
+    return value
+
 
 # ConfigFile field -> SchedulerConfig field (the core's names end in _s)
 _CORE_FIELDS = {
-    "fair_share": "fair_share", "backfill": "backfill", "reclaim": "reclaim", "preempt": "preempt",
-    "grow_elastic": "grow_elastic", "min_runtime_seconds": "min_runtime_s",
+    "backfill": "backfill", "min_runtime_seconds": "min_runtime_s",
     "reservation_after_seconds": "reservation_after_s", "max_reserved_fraction": "max_reserved_fraction",
     "max_hold_doublings": "max_hold_doublings", "starvation_preempt_after_seconds": "starvation_preempt_after_s",
     "preemption_attempts": "preemption_attempts", "victim_cooldown_seconds": "victim_cooldown_s",
@@ -78,6 +112,13 @@ def parse(text: str, base: Settings, source: str = "configuration") -> Settings:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top)'}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"{source}: {problems}") from exc
     changes: dict[str, Any] = {}
+    if conf.preset is not None:  # the service never runs grow (see ConfigFile._known_actions)
+        preset = SchedulerConfig.preset(conf.preset).without_actions("grow")
+        changes.update(actions=preset.actions, plugins=preset.plugins, backfill=preset.backfill)
+    if conf.actions is not None:
+        changes["actions"] = tuple(conf.actions)
+    if conf.plugins is not None:
+        changes["plugins"] = tuple(conf.plugins)
     for name, core_name in _CORE_FIELDS.items():
         value = getattr(conf, name)
         if value is None:

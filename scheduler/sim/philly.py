@@ -23,7 +23,6 @@ from scheduler.core.decisions import Evict, JobStatus, NotifyWillEvict
 from scheduler.core.fairshare import water_fill
 from scheduler.core.model import Cluster, Device, Job, JobPhase, Node, Queue, Request, Task
 from scheduler.core.scheduler import Scheduler, SchedulerConfig
-from scheduler.sim.baselines import VolcanoLike, fifo
 from scheduler.sim.traces import Problems, TraceError, load, parse_int
 
 POLICIES = ("ferry", "fifo", "volcano")
@@ -124,13 +123,10 @@ def build_cluster(nodes: int, gpus_per_node: int, vc_nodes: dict[str, int], tena
 
 
 def make_scheduler(policy: str, cluster: Cluster) -> Scheduler:
-    if policy == "ferry":
-        return Scheduler(cluster, SchedulerConfig())
-    if policy == "fifo":
-        return fifo(cluster)
-    if policy == "volcano":
-        return VolcanoLike(cluster)
-    raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
+    """The scheduler the service runs, configured by the preset of that name."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
+    return Scheduler(cluster, SchedulerConfig.preset(policy))
 
 
 @dataclass

@@ -9,14 +9,14 @@ import pytest
 from scheduler.core.scheduler import SchedulerConfig
 from scheduler.service.settings import ConfigError, Settings, SettingsFile, parse
 
-BASE = Settings(SchedulerConfig(min_runtime_s=300.0, grow_elastic=False), period_s=0.5)
+BASE = Settings(SchedulerConfig.preset("ferry", min_runtime_s=300.0).without_actions("grow"), period_s=0.5)
 
 
 def test_the_file_overrides_what_it_sets_and_keeps_the_rest() -> None:
     s = parse("minRuntimeSeconds: 20\nperiodSeconds: 0.2\nstarvationPreemptAfterSeconds: 0\n", BASE)
     assert s.core.min_runtime_s == 20 and s.period_s == 0.2
     assert s.core.starvation_preempt_after_s is None  # 0 switches it off
-    assert s.core.victim_cooldown_s == BASE.core.victim_cooldown_s and s.core.grow_elastic is False
+    assert s.core.victim_cooldown_s == BASE.core.victim_cooldown_s and "grow" not in s.core.actions
     assert parse("", BASE) == BASE
 
 

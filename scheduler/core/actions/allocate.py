@@ -1,0 +1,136 @@
+"""allocate: pending jobs start where they fit — queues in fair order, jobs in order within a queue,
+gangs all-or-nothing, and (with ``backfill``) smaller jobs passing one that does not fit yet."""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+
+from scheduler.core.framework import Action, Session, ShapeKey
+from scheduler.core.model import Job, JobPhase, Request, Tier
+from scheduler.core.placement import Placement
+
+
+class Allocate(Action):
+    name = "allocate"
+
+    def execute(self, ssn: Session) -> None:
+        for tier in (Tier.GUARANTEED, Tier.ELASTIC):
+            self._tier(int(tier), ssn)
+
+    def _tier(self, tier: int, ssn: Session) -> None:
+        sched, fw = self.sched, self.sched.framework
+        queues = sched.cluster.queues
+        pending = sched.pending[tier]
+        if not pending:
+            return
+        blocked_all = frozenset(sched.reserved_nodes())
+        unfit_shapes: set[ShapeKey] = set()  # with the shared reservations excluded, nothing of this shape fits
+        queue_skip: dict[str, set[ShapeKey]] = defaultdict(set)
+        tried: set[str] = set()
+        unfit: list[Job] = []  # failed this cycle: a smaller job starting after them bypasses them
+        heap = [(fw.queue_key(queues[q], tier), q) for q in pending]
+        heapq.heapify(heap)
+        while heap:
+            key, qname = heapq.heappop(heap)
+            queue = queues[qname]
+            if key != fw.queue_key(queue, tier):
+                heapq.heappush(heap, (fw.queue_key(queue, tier), qname))
+                continue
+            head = sched.head(tier, qname, unfit_shapes | queue_skip[qname], tried)
+            if head is None:
+                continue
+            _, name, shape = head
+            job = sched.cluster.jobs[name]
+            ssn.result.attempts += 1
+            why = fw.blocked(queue, job)
+            placed: list[Placement] | None = None
+            if why is None:
+                own = name in sched.reserved
+                privileged = job.phase is JobPhase.PRIVILEGED
+                # A preemptor competes for its victims' capacity with other preemptors, as its victim
+                # search assumed; everyone else keeps off every hold.
+                excluded = (sched.reserved_nodes(except_job=name, starving_only=privileged) if own
+                            else blocked_all)
+                placed = self._place(job, excluded)
+                if placed is None:
+                    why = self._why_unfit(job, bool(excluded), ssn)
+                    if own:
+                        tried.add(name)
+                    else:
+                        unfit_shapes.add(shape)
+                    if privileged and not sched.victims.get(name):
+                        # its victims are gone and it still does not fit: search again next cycle
+                        job.phase = JobPhase.PENDING
+                        sched.unhold(job)
+                    elif privileged:
+                        victims = list(sched.victims[name])
+                        why = (f"preempting: waiting for {len(victims)} job(s) to leave at the end of their "
+                               f"grace period ({', '.join(victims[:3])}{', ...' if len(victims) > 3 else ''})")
+            else:
+                queue_skip[qname].add(shape)
+            if placed is not None:
+                sched.started(job, placed, ssn.now, ssn.result)
+                demand = job.min_gpu()
+                for f in unfit:
+                    if f.min_gpu() > demand:
+                        f.bypassed = True
+            else:
+                if len(unfit) < 64 and why is not None and not why.startswith("queue"):
+                    unfit.append(job)
+                job.reason = why or ""
+                ssn.result.pending_reasons[name] = job.reason
+                if not sched.config.backfill:
+                    return  # strict FIFO: nothing may pass the first job that does not fit
+            heapq.heappush(heap, (fw.queue_key(queue, tier), qname))
+
+    def _place(self, job: Job, excluded: frozenset[str]) -> list[Placement] | None:
+        """The gang's minimum all-or-nothing, then any replicas beyond it one by one, as room allows."""
+        placer = self.sched.placer
+        pending = job.pending()
+        core = self.sched.gang_part(job)
+        placed: list[Placement] = []
+        if core:
+            got = placer.place_gang(job, core, excluded)
+            if got is None:
+                return None
+            placed += got
+        for replica in pending[len(core):]:
+            extra = placer.place_gang(job, [replica], excluded)
+            if extra:
+                placed += extra
+        return placed or None
+
+    def _never_fits(self, req: Request) -> str | None:
+        """Why no node of the cluster could host ``req`` even if it were empty, or None."""
+        nodes = [n for n in self.sched.cluster.nodes.values() if n.schedulable]
+        if not nodes:
+            return "no schedulable node"
+        if not any(len(n.devices) >= req.gpus for n in nodes):
+            return f"no node has {req.gpus} GPUs (the largest has {max(len(n.devices) for n in nodes)})"
+        if not any(n.cpu_milli >= req.cpu_milli and n.mem_mib >= req.mem_mib for n in nodes):
+            return f"no node has {req.cpu_milli}m CPU and {req.mem_mib} MiB memory"
+        if req.models and not any(n.model in req.models for n in nodes):
+            return f"no node has a GPU of model {' or '.join(sorted(req.models))}"
+        if req.selector and not any(all(n.labels.get(k) == v for k, v in req.selector) for n in nodes):
+            wanted = ",".join(f"{k}={v}" for k, v in sorted(req.selector))
+            return f"no node matches the node selector {wanted}"
+        return None
+
+    def _why_unfit(self, job: Job, reservations: bool, ssn: Session) -> str:
+        tasks = job.task_by_name
+        need = [tasks[r.task].request for r in job.pending()]
+        for req in set(need):
+            if req not in ssn.never:  # node capacities do not change within a cycle
+                ssn.never[req] = self._never_fits(req)
+            never = ssn.never[req]
+            if never is not None:
+                return f"cannot be scheduled: {never}"
+        gpus = sum(r.gpu_total for r in need) / 1000
+        biggest = max((r.gpus for r in need), default=0)
+        largest = self.sched.placer.max_free_whole()
+        msg = (f"waiting for capacity: gang of {len(need)} replica(s) needs {gpus:g} GPUs all at once "
+               f"(largest replica {biggest} GPU(s) on one node; largest free block now {largest})")
+        if reservations:
+            msg += "; some nodes are held for a longer-waiting job"
+        return msg

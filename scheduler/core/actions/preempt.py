@@ -1,0 +1,153 @@
+"""preempt: a waiting job takes capacity from jobs the victim rules let it take — whole jobs, after their
+grace period, fewest and cheapest first; shrinking elastic jobs to their minimum comes before killing.
+
+Which jobs may be victims, and why, is the plugins' business (``victim_filter``, ``victim_rule``,
+``victim_queues``); this action searches, with every trial inside a :class:`Statement`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+
+from scheduler.core.decisions import JobStatus, NotifyWillEvict, Shrink
+from scheduler.core.framework import Action, OrderKey, Session
+from scheduler.core.model import Job, JobPhase, Replica, ReplicaPhase, Tier
+from scheduler.core.statement import Statement
+
+
+class Preempt(Action):
+    name = "preempt"
+
+    def execute(self, ssn: Session) -> None:
+        sched, fw, cfg, now = self.sched, self.sched.framework, self.sched.config, ssn.now
+        if not fw.preempts:
+            return
+        jobs = sched.cluster.jobs
+        # urgent (e.g. starving) jobs first, then by queue (least served first) and job order
+        candidates: list[tuple[bool, tuple[float, ...], OrderKey, str]] = []
+        for qname, groups in sched.pending[int(Tier.GUARANTEED)].items():
+            qkey = fw.queue_key(sched.cluster.queues[qname], int(Tier.GUARANTEED))
+            for group in groups.values():
+                waiting = (kn for kn in group if jobs[kn[1]].phase is JobPhase.PENDING)
+                for key, name in itertools.islice(waiting, cfg.preemption_attempts):
+                    candidates.append((not fw.is_urgent(jobs[name], ssn), qkey, key, name))
+        if not candidates:
+            return
+        running: dict[str, list[Job]] = defaultdict(list)
+        for j in jobs.values():
+            if j.phase is JobPhase.RUNNING:
+                running[j.queue].append(j)
+        attempts = 0
+        for _, _, _, name in sorted(candidates):
+            if attempts >= cfg.preemption_attempts:
+                return
+            job = jobs[name]
+            if job.phase is not JobPhase.PENDING:
+                continue
+            queue = sched.cluster.queues[job.queue]
+            if job.privileged_since is None:
+                job.privileged_since = now
+            if now - job.privileged_since < queue.preemptor_delay_s:
+                job.reason = (f"waiting up to {queue.preemptor_delay_s:g} s for free capacity before "
+                              "preempting lower-priority or borrowed jobs (where its queue may)")
+                continue
+            if now < job.preempt_retry_at:
+                continue
+            ssn.refresh_claims()
+            pool = [v for q in fw.queues_with_victims(job, ssn) for v in running.get(q, ())
+                    if fw.victim_reason(job, v, ssn)]
+            if not pool:
+                job.preempt_retry_at = now + cfg.preemption_retry_s
+                continue
+            attempts += 1
+            if not self._try(job, pool, ssn):
+                job.preempt_retry_at = now + cfg.preemption_retry_s
+
+    def _try(self, job: Job, pool: list[Job], ssn: Session) -> bool:
+        sched, fw, now = self.sched, self.sched.framework, ssn.now
+        # Other preemptors' nodes stay usable: their victims are already taken out of the pool.
+        excluded = sched.reserved_nodes(except_job=job.name, starving_only=True)
+        if self._shrink_for(job, pool, excluded, ssn):
+            return True
+        gang = sched.gang_part(job)
+        with Statement(sched.placer) as st:
+            # lowest tier and priority first; then small jobs (a big gang is hard to place again); then least
+            # work lost
+            order = sorted(pool, key=lambda v: (int(v.tier), v.priority, v.gpu_allocated(), _cost(v, now), v.name))
+            chosen: list[Job] = []
+            fits = False
+            for victim in order:
+                if not fw.victim_reason(job, victim, ssn):  # earlier victims may have used up what was borrowed
+                    continue
+                st.lift(victim)
+                chosen.append(victim)
+                fits = st.fits(job, gang, excluded) is not None
+                if fits:
+                    break
+            if not fits:
+                for victim in chosen:
+                    st.restore(victim)
+                job.reason = "cannot start even if every job it may preempt were evicted"
+                return False
+            # fewest victims: drop any victim the gang does not need after all (most expensive first)
+            for victim in sorted(chosen, key=lambda v: -_cost(v, now)):
+                st.restore(victim)
+                if st.fits(job, gang, excluded) is None:
+                    st.lift(victim)
+                else:
+                    chosen.remove(victim)
+            trial = st.fits(job, gang, excluded)
+            assert trial is not None, "victim set stopped fitting"
+            if not chosen:  # it fits without anyone leaving (on nodes held for others): nothing to do here
+                return False
+            nodes = tuple(sorted({p.node for p in trial}))
+            for victim in chosen:
+                st.restore(victim)
+            # the victims are back: each one's rule as it stands with the others still running
+            rules = {v.name: fw.victim_reason(job, v, ssn) or "preemption" for v in chosen}
+        sched.hold(job, nodes)
+        job.phase = JobPhase.PRIVILEGED
+        job.reason = f"preempting {len(chosen)} job(s): {', '.join(v.name for v in chosen)}"
+        for victim in chosen:
+            vq = sched.cluster.queues[victim.queue]
+            deadline = now + max(vq.victim_grace_s, 0.0)
+            victim.phase, victim.will_evict_deadline, victim.will_evict_by = JobPhase.WILL_EVICT, deadline, job.name
+            victim.last_victim_cycle = sched.cycles
+            sched.victims[job.name][victim.name] = None
+            victim.reason = f"will be evicted at t={deadline:.0f} ({rules[victim.name]} by {job.name}); checkpoint now"
+            ssn.result.decisions.append(NotifyWillEvict(victim.name, deadline, job.name, victim.reason))
+        ssn.result.decisions.append(JobStatus(job.name, JobPhase.PRIVILEGED.value, job.reason))
+        return True
+
+    def _shrink_for(self, job: Job, pool: list[Job], excluded: frozenset[str], ssn: Session) -> bool:
+        """Shrink before kill: stop elastic replicas above their jobs' minimum, newest first, until the
+        preemptor fits; if that is not enough, undo and leave the choice to whole-job eviction."""
+        sched = self.sched
+        gang = sched.gang_part(job)
+        with Statement(sched.placer) as st:
+            lifted: list[tuple[Job, Replica, str]] = []
+            for victim in sorted(pool, key=lambda v: (int(v.tier), v.priority, v.name)):
+                shrinkable = max(0, len(victim.bound()) - victim.gang_size)
+                for r in sorted(victim.bound(), key=lambda r: -r.index)[:shrinkable]:
+                    lifted.append((victim, r, r.node or ""))
+                    st.release(victim, r)
+                    placed = st.place_gang(job, gang, excluded)
+                    if placed is None:
+                        continue
+                    st.commit()
+                    by_job: dict[str, list[tuple[str, int, str]]] = defaultdict(list)
+                    for v, rep, node in lifted:
+                        rep.phase = ReplicaPhase.EVICTED
+                        by_job[v.name].append((rep.task, rep.index, node))
+                    for vname, gone in by_job.items():
+                        ssn.result.decisions.append(Shrink(vname, tuple(gone), f"shrunk to make room for {job.name}"))
+                    sched.started(job, placed, ssn.now, ssn.result)
+                    return True
+        return False
+
+
+def _cost(job: Job, now: float) -> float:
+    """Work lost by evicting: GPU-seconds since start (cheaper victims first)."""
+    started = job.start_time if job.start_time is not None else now
+    return (now - started) * max(job.gpu_allocated(), 1)

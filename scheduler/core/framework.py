@@ -1,0 +1,157 @@
+"""The scheduling framework: actions run in order each cycle; plugins register callbacks by name.
+
+The shape follows Volcano's session / actions / plugins and kube-scheduler's extension points:
+
+- an **action** is one step of a cycle (allocate, reserve, preempt, grow): the mechanism — it walks the
+  pending jobs, tries placements in a :class:`~scheduler.core.statement.Statement` and emits decisions;
+- a **plugin** is policy: it registers callbacks at the extension points below, and the actions ask
+  the framework, never a plugin directly. Which actions run, in which order, and which plugins are on
+  is configuration (:class:`~scheduler.core.scheduler.SchedulerConfig`, presets ``ferry``, ``fifo``,
+  ``volcano``);
+- a :class:`Session` is one cycle: the time, the decisions so far, and what the cycle computed once.
+
+Extension points and how several plugins' answers combine:
+
+========================  ===================================================================
+``job_order``             sort key parts, concatenated in plugin order (then age, then name)
+``queue_order``           sort key parts, concatenated in plugin order (least first)
+``admit``                 why a job may not start in its queue now: the first plugin that objects
+``urgent``                a pending job that should be looked at first by victim searches: any
+``victim_filter``         whether a running job may be a victim at all: every plugin must agree
+``victim_rule``           the rule under which it may be evicted for a preemptor: the first that grants
+``victim_queues``         queues that may hold victims for a preemptor (a cheap prefilter): union
+``session_open``          per-cycle preparation (e.g. deserved shares)
+========================  ===================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from scheduler.core.decisions import CycleResult
+from scheduler.core.model import Job, JobPhase, Queue, Request
+
+if TYPE_CHECKING:
+    from scheduler.core.scheduler import Scheduler
+
+OrderKey = tuple[Any, ...]
+ShapeKey = tuple[tuple[Request, int], ...]  # a pending job's replicas: how many of each request
+QueueOrderFn = Callable[[Queue, int], tuple[float, ...]]
+JobOrderFn = Callable[[Job], tuple[Any, ...]]
+AdmitFn = Callable[[Queue, Job], "str | None"]
+UrgentFn = Callable[[Job, "Session"], bool]
+VictimFilterFn = Callable[[Job, Job, "Session"], bool]
+VictimRuleFn = Callable[[Job, Job, "Session"], bool]
+VictimQueuesFn = Callable[[Job, "Session"], Iterable[str]]
+SessionFn = Callable[["Session"], None]
+
+
+@dataclass
+class Session:
+    """One scheduling cycle."""
+
+    sched: Scheduler
+    now: float
+    result: CycleResult
+    never: dict[Request, str | None] = field(default_factory=dict)  # why a request fits no node at all
+    claims: dict[str, int] = field(default_factory=dict)  # queue -> GPU milli its preemptors are about to take
+    doomed: dict[str, int] = field(default_factory=dict)  # queue -> GPU milli of its jobs already told to leave
+
+    def refresh_claims(self) -> None:
+        """Recount claims and doomed capacity (before each victim search: the previous one changed them)."""
+        claims: dict[str, int] = {}
+        doomed: dict[str, int] = {}
+        jobs = self.sched.cluster.jobs
+        for preemptor, victims in self.sched.victims.items():
+            job = jobs.get(preemptor)
+            if job is not None and job.phase is JobPhase.PRIVILEGED:
+                claims[job.queue] = claims.get(job.queue, 0) + job.gpu_demand()
+            for name in victims:
+                victim = jobs.get(name)
+                if victim is not None and victim.phase is JobPhase.WILL_EVICT:
+                    doomed[victim.queue] = doomed.get(victim.queue, 0) + victim.gpu_allocated()
+        self.claims, self.doomed = claims, doomed
+
+
+class Framework:
+    """Callbacks registered by the enabled plugins, by extension point, in configuration order."""
+
+    def __init__(self) -> None:
+        self.queue_order: list[tuple[str, QueueOrderFn]] = []
+        self.job_order: list[tuple[str, JobOrderFn]] = []
+        self.admit: list[tuple[str, AdmitFn]] = []
+        self.urgent: list[tuple[str, UrgentFn]] = []
+        self.victim_filter: list[tuple[str, VictimFilterFn]] = []
+        self.victim_rule: list[tuple[str, VictimRuleFn]] = []
+        self.victim_queues: list[tuple[str, VictimQueuesFn]] = []
+        self.session_open: list[tuple[str, SessionFn]] = []
+
+    # combined answers --------------------------------------------------------
+    def queue_key(self, queue: Queue, tier: int) -> tuple[float, ...]:
+        key: tuple[float, ...] = ()
+        for _, fn in self.queue_order:
+            key += fn(queue, tier)
+        return key
+
+    def job_key(self, job: Job) -> OrderKey:
+        key: OrderKey = ()
+        for _, fn in self.job_order:
+            key += fn(job)
+        return (*key, job.submit_time, job.name)
+
+    def blocked(self, queue: Queue, job: Job) -> str | None:
+        for _, fn in self.admit:
+            why = fn(queue, job)
+            if why is not None:
+                return why
+        return None
+
+    def is_urgent(self, job: Job, ssn: Session) -> bool:
+        return any(fn(job, ssn) for _, fn in self.urgent)
+
+    def victim_reason(self, preemptor: Job, victim: Job, ssn: Session) -> str | None:
+        """The rule under which ``victim`` may be evicted for ``preemptor`` now, or None."""
+        if victim.phase is not JobPhase.RUNNING or victim.name == preemptor.name:
+            return None
+        if not all(fn(preemptor, victim, ssn) for _, fn in self.victim_filter):
+            return None
+        for name, fn in self.victim_rule:
+            if fn(preemptor, victim, ssn):
+                return name
+        return None
+
+    def queues_with_victims(self, preemptor: Job, ssn: Session) -> list[str]:
+        out: dict[str, None] = {}
+        for _, fn in self.victim_queues:
+            out.update(dict.fromkeys(fn(preemptor, ssn)))
+        return list(out)
+
+    @property
+    def preempts(self) -> bool:
+        return bool(self.victim_rule)
+
+
+class Plugin:
+    """Policy: registers callbacks with the framework. One instance lives as long as its scheduler."""
+
+    name: ClassVar[str]
+
+    def __init__(self, sched: Scheduler) -> None:
+        self.sched = sched
+
+    def register(self, fw: Framework) -> None:
+        raise NotImplementedError
+
+
+class Action:
+    """One step of a cycle. One instance lives as long as its scheduler."""
+
+    name: ClassVar[str]
+
+    def __init__(self, sched: Scheduler) -> None:
+        self.sched = sched
+
+    def execute(self, ssn: Session) -> None:
+        raise NotImplementedError
