@@ -284,6 +284,8 @@ class Scheduler:
             job.last_victim_cycle, job.last_victim_at = old.last_victim_cycle, old.last_victim_at
             job.bypassed, job.preempt_retry_at = old.bypassed, old.preempt_retry_at
             job.privileged_since = old.privileged_since
+            if old.start_time is not None and (job.start_time is None or old.start_time < job.start_time):
+                job.start_time = old.start_time  # the snapshot only knows "now" for a job it sees start
             if old.phase is JobPhase.WILL_EVICT and job.phase is JobPhase.RUNNING:
                 job.phase, job.will_evict_deadline = JobPhase.WILL_EVICT, old.will_evict_deadline
                 job.will_evict_by = old.will_evict_by

@@ -255,6 +255,8 @@ def build(nodes: dict[str, Obj], pods: dict[str, Obj], groups: dict[str, Obj], q
                                       f"pods exist")
             snap.pods_of[job_name] = by_replica
             continue
+        if job.bound() and job.start_time is None:  # bound, not started yet: young, as far as we know
+            job.start_time = now
         if n_ended and job.min_member is not None:  # members that ended were part of the gang's minimum
             job.min_member = max(1, job.min_member - n_ended)
         snap.cluster.jobs[job_name] = job
@@ -303,6 +305,7 @@ class JobShape:
     main_task: str | None
     will_evict_at: str | None
     will_evict_by: str | None
+    started: float | None  # when it last started: its PodGroup's scheduledTime, else its pods' start
 
 
 @dataclass
@@ -344,6 +347,8 @@ def _job(name: str, pods: list[Obj], group: Obj | None, ns_queue: dict[str, str]
               replicas=[Replica(t, i, ReplicaPhase.BOUND if node else ReplicaPhase.PENDING, node, devices)
                         for t, i, node, devices in shape.replicas],
               elastic_max=shape.elastic_max, main_task=shape.main_task)
+    if job.bound():
+        job.start_time = shape.started
     if shape.will_evict_at and job.bound():
         job.phase = JobPhase.WILL_EVICT
         job.will_evict_deadline = _ts(shape.will_evict_at)
@@ -391,6 +396,10 @@ def _shape(pods: list[Obj], group: Obj | None, namespace_queue: str | None) -> J
             replicas.append((task, i, p.get("spec", {}).get("nodeName"), devices))
     created = min((p["metadata"].get("creationTimestamp", "") for p in pods), default="")
     bound = [p["metadata"].get("annotations", {}) for p in pods if p.get("spec", {}).get("nodeName")]
+    # The later of the two: a PodGroup's scheduledTime may be an earlier incarnation's until it is rewritten.
+    scheduled = ((group or {}).get("status") or {}).get("scheduledTime") or ""
+    started = max(scheduled, min((t for p in pods if p.get("spec", {}).get("nodeName")
+                                  and (t := (p.get("status") or {}).get("startTime"))), default=""))
     return JobShape(
         queue=queue, tasks=tuple(tasks),
         replicas=tuple(replicas), by_replica=by_replica, submit_time=_ts(created),
@@ -400,6 +409,7 @@ def _shape(pods: list[Obj], group: Obj | None, namespace_queue: str | None) -> J
         will_evict_at=next((a[WILL_EVICT_AT] for a in bound if a.get(WILL_EVICT_AT)), None),
         will_evict_by=next((a[WILL_EVICT_BY] for p in pods
                             if (a := p["metadata"].get("annotations", {})).get(WILL_EVICT_BY)), None),
+        started=_ts(started) if started else None,
     )
 
 

@@ -4,9 +4,12 @@ exit with the reason."""
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +18,7 @@ from kubernetes_asyncio import client
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
 from tests.helpers import eventually, swapped
-from tests.integration.test_scheduler_service import _sa, pod
+from tests.integration.test_scheduler_service import GROUP, VERSION, _make_group, _make_queue, _running, _sa, pod
 
 
 def _log_lines(comp: Component, event: str) -> list[dict[str, Any]]:
@@ -26,6 +29,27 @@ def _log_lines(comp: Component, event: str) -> list[dict[str, Any]]:
     return out
 
 
+@contextlib.contextmanager
+def configured_scheduler(planes: ControlPlanes, ferry_scheduler: Component, conf: Path,
+                         config_object: str) -> Iterator[Component]:
+    """The session's schedulers stopped, one reading ``conf`` in their place, then the session's back."""
+    schedulers = [c for n, c in planes.components.items() if n.startswith("kube-ferry-scheduler") and c.alive()]
+    scheduler = swapped(ferry_scheduler, "kube-ferry-scheduler-config",
+                        [f"--config={conf}", f"--config-object={config_object}", "--identity=config"])
+    for c in schedulers:
+        c.stop()
+    try:
+        scheduler.start()
+        scheduler.wait_ready()
+        yield scheduler
+    finally:
+        scheduler.stop()
+        for c in schedulers:
+            c.start()
+        for c in schedulers:
+            c.wait_ready()
+
+
 async def test_a_changed_file_applies_and_a_bad_one_is_refused_with_an_event(
         planes: ControlPlanes, ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str,
         private_node: str, tmp_path: Path) -> None:
@@ -33,14 +57,7 @@ async def test_a_changed_file_applies_and_a_bad_one_is_refused_with_an_event(
     await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
     conf = tmp_path / "config.yaml"
     conf.write_text("minRuntimeSeconds: 0\nvictimCooldownSeconds: 60\n")
-    schedulers = [c for n, c in planes.components.items() if n.startswith("kube-ferry-scheduler") and c.alive()]
-    scheduler = swapped(ferry_scheduler, "kube-ferry-scheduler-config",
-                        [f"--config={conf}", f"--config-object={compute_ns}/scheduler-config", "--identity=config"])
-    for c in schedulers:
-        c.stop()
-    try:
-        scheduler.start()
-        scheduler.wait_ready()
+    with configured_scheduler(planes, ferry_scheduler, conf, f"{compute_ns}/scheduler-config") as scheduler:
 
         async def bound(name: str) -> bool:
             return bool((await core.read_namespaced_pod(name, compute_ns)).spec.node_name)
@@ -68,12 +85,41 @@ async def test_a_changed_file_applies_and_a_bad_one_is_refused_with_an_event(
                                    what="the changed file applied")
         assert applied[-1]["victim_cooldown_s"] == 5 and applied[-1]["period_s"] == 0.3
         assert scheduler.alive()
+
+
+async def test_a_young_job_is_not_a_victim_until_its_minimum_runtime(
+        planes: ControlPlanes, ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str,
+        private_node: str, tmp_path: Path) -> None:
+    """Victim protection: the preemptor arrives right after the elastic job started, and the notice comes
+    only once the elastic job has run ``minRuntimeSeconds`` (its start read back from the cluster)."""
+    core, custom = client.CoreV1Api(compute_api), client.CustomObjectsApi(compute_api)
+    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
+    conf = tmp_path / "config.yaml"
+    conf.write_text("minRuntimeSeconds: 12\n")
+    queue = f"p-{compute_ns}"
+    await _make_queue(custom, queue, compute_ns, victimGraceSeconds=2)
+    try:
+        with configured_scheduler(planes, ferry_scheduler, conf, f"{compute_ns}/scheduler-config"):
+            await _make_group(core, custom, compute_ns, "el", 8, "Elastic", queue)
+            await eventually(lambda: _running(core, compute_ns, "el", 8), timeout=30, what="elastic job running")
+            await _make_group(core, custom, compute_ns, "g", 4, "Guaranteed", queue)
+
+            async def notice() -> str | None:
+                p = await core.read_namespaced_pod("el-0", compute_ns)
+                return (p.metadata.annotations or {}).get("kubeferry.io/will-evict-at")
+
+            deadline = _ts(await eventually(notice, timeout=60, what="eviction notice after the minimum runtime"))
+            group = await custom.get_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", "el")
+            started = _ts(group["status"]["scheduledTime"])
+            noticed = deadline - 2  # the deadline is the notice plus the grace (times in whole seconds)
+            assert noticed >= started + 12 - 1, (started, noticed)
+            await eventually(lambda: _running(core, compute_ns, "g", 4), timeout=40, what="preemptor running")
     finally:
-        scheduler.stop()
-        for c in schedulers:
-            c.start()
-        for c in schedulers:
-            c.wait_ready()
+        await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
+
+
+def _ts(text: str) -> float:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def test_a_bad_file_at_start_is_an_exit_with_the_reason(planes: ControlPlanes, tmp_path: Path) -> None:

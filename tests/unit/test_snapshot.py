@@ -85,3 +85,20 @@ def test_members_that_ended_count_as_present_and_a_finished_gang_is_terminal() -
     # still short of members that exist or existed: waiting, counted with the ended ones
     snap = build(NODES, {"ns/a": _ended("a", "Succeeded"), "ns/b": pod("b")}, {"ns/g": group}, {}, 0.0)
     assert snap.waiting["ns/g"] == "waiting for gang members: 2 of 3 pods exist"
+
+
+def test_a_running_job_knows_when_it_started_so_young_jobs_are_protected() -> None:
+    """Victim protection needs a start time: the later of the PodGroup's scheduledTime and its pods'
+    first start (a PodGroup's time may be an earlier incarnation's), else the time it is first seen bound."""
+    a, b = pod("a", node="n0"), pod("b", node="n0")
+    b["status"]["startTime"] = "2026-11-29T10:05:00Z"
+    group = {**GROUP, "status": {"scheduledTime": "2026-11-29T10:04:00Z"}}
+    job = build(NODES, {"ns/a": a, "ns/b": b}, {"ns/g": group}, {}, 1e10).cluster.jobs["ns/g"]
+    assert job.start_time == 1795946700.0  # 2026-11-29T10:05:00Z: the pod started after the group's time
+    stale = {**GROUP, "status": {"scheduledTime": "2026-11-29T11:00:00Z"}}
+    assert build(NODES, {"ns/a": a, "ns/b": b}, {"ns/g": stale}, {}, 1e10).cluster.jobs["ns/g"].start_time == \
+        1795950000.0
+    unseen = build(NODES, {"ns/a": pod("a", node="n0"), "ns/b": pod("b", node="n0")}, {"ns/g": GROUP}, {}, 123.0)
+    assert unseen.cluster.jobs["ns/g"].start_time == 123.0
+    waiting = build(NODES, {"ns/a": pod("a"), "ns/b": pod("b")}, {"ns/g": GROUP}, {}, 123.0)
+    assert waiting.cluster.jobs["ns/g"].start_time is None
