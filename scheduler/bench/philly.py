@@ -1,17 +1,55 @@
 """``make bench-philly``: ferry, strict gang FIFO and Volcano's default policy side by side on the
-shared Philly trace (96 nodes x 8 GPUs), with a PNG per policy under ``--plots``."""
+shared Philly trace (96 nodes x 8 GPUs), with a PNG per policy under ``--plots``; then the matrix of
+September, October and both at 88, 96 and 112 nodes, each cell checked (ferry's avg and p99 wait at most
+the volcano preset's, utilisation at least its own minus 0.5 point, Jain at least 0.95)."""
 
 from __future__ import annotations
 
 import argparse
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from scheduler.sim import philly
 from scheduler.sim.traces import TRACES, Problems
 
 KEYS = ("avg_wait_s", "p50_wait_s", "p99_wait_s", "max_wait_s", "avg_jct_s", "gpu_utilization", "jain_fairness",
-        "preemptions", "wasted_gpu_s", "big_jobs_p99_wait_s")
+        "preemptions", "wasted_gpu_s", "big_jobs_p99_wait_s", "node_imbalance_pct")
+
+
+MATRIX_NODES = (88, 96, 112)
+
+
+def _month(jobs: list[philly.TraceJob], month: int) -> list[philly.TraceJob]:
+    return [j for j in jobs if datetime.fromtimestamp(j.submit, UTC).month == month]
+
+
+def matrix(jobs: list[philly.TraceJob], vc: dict[str, int], policies: list[str]) -> list[str]:
+    """Every policy on September alone, October alone and both, at several cluster sizes, with the
+    checks the policy must pass on every cell against the volcano preset (issue 11: robust, not tuned)."""
+    slices = {"Sep": _month(jobs, 9), "Oct": _month(jobs, 10), "Sep-Oct": jobs}
+    lines = ["", "matrix: " + " | ".join(f"{p}: avg/p99 wait s, util %, Jain" for p in policies)]
+    failures = 0
+    for label, part in slices.items():
+        for nodes in MATRIX_NODES:
+            cell = {}
+            for policy in policies:
+                cell[policy] = philly.simulate(part, vc, policy, nodes=nodes).metrics
+            row = " | ".join(f"{p} {m['avg_wait_s']:>7} {m['p99_wait_s']:>8} {m['gpu_utilization']:>6} "
+                             f"{m['jain_fairness']:>6}" for p, m in cell.items())
+            verdict = ""
+            if "ferry" in cell and "volcano" in cell:
+                f, v = cell["ferry"], cell["volcano"]
+                misses = [what for what, ok in (
+                    ("avg", f["avg_wait_s"] <= v["avg_wait_s"]), ("p99", f["p99_wait_s"] <= v["p99_wait_s"]),
+                    ("util", f["gpu_utilization"] >= v["gpu_utilization"] - 0.5),
+                    ("jain", f["jain_fairness"] >= 0.95)) if not ok]
+                verdict = "ok" if not misses else "MISS " + ",".join(misses)
+                failures += bool(misses)
+            lines.append(f"{label:>8} x{nodes:<4} {row}  {verdict}")
+            print(lines[-1], flush=True)
+    lines.append(f"cells where ferry misses a check: {failures} of {len(slices) * len(MATRIX_NODES)}")
+    return lines
 
 
 def main() -> None:
@@ -20,6 +58,7 @@ def main() -> None:
                         default=TRACES / "philly")
     parser.add_argument("--policies", default="fifo,volcano,ferry")
     parser.add_argument("--plots", type=Path, default=Path("build/plots"))
+    parser.add_argument("--no-matrix", action="store_true", help="only the 96-node run of the whole trace")
     args = parser.parse_args()
     problems = Problems([])
     jobs = philly.load_jobs(args.traces / "philly_2017-09_10.csv", problems)
@@ -40,6 +79,9 @@ def main() -> None:
     for k in KEYS:
         print(f"{k:<20}" + "".join(f"{m[k]!s:>12}" for _, m, _ in rows))
     print(f"{'simulator wall s':<20}" + "".join(f"{w:>12.0f}" for _, _, w in rows))
+    if not args.no_matrix:
+        for line in matrix(jobs, vc, args.policies.split(","))[-1:]:
+            print(line)
 
 
 if __name__ == "__main__":

@@ -17,9 +17,10 @@ Extension points and how several plugins' answers combine:
 ``queue_order``           sort key parts, concatenated in plugin order (least first)
 ``admit``                 why a job may not start in its queue now: the first plugin that objects
 ``urgent``                a pending job that should be looked at first by victim searches: any
-``victim_filter``         whether a running job may be a victim at all: every plugin must agree
+``victim_filter``         whether a running job may be a victim at all, whoever asks: every plugin must agree
 ``victim_rule``           the rule under which it may be evicted for a preemptor: the first that grants
-``victim_queues``         queues that may hold victims for a preemptor (a cheap prefilter): union
+``victim_queues``         (queue, highest tier) that may hold victims for a preemptor (a cheap
+                          prefilter, so a search looks at few running jobs): union, highest tier
 ``session_open``          per-cycle preparation (e.g. deserved shares)
 ========================  ===================================================================
 """
@@ -42,9 +43,9 @@ QueueOrderFn = Callable[[Queue, int], tuple[float, ...]]
 JobOrderFn = Callable[[Job], tuple[Any, ...]]
 AdmitFn = Callable[[Queue, Job], "str | None"]
 UrgentFn = Callable[[Job, "Session"], bool]
-VictimFilterFn = Callable[[Job, Job, "Session"], bool]
+VictimFilterFn = Callable[[Job, "Session"], bool]
 VictimRuleFn = Callable[[Job, Job, "Session"], bool]
-VictimQueuesFn = Callable[[Job, "Session"], Iterable[str]]
+VictimQueuesFn = Callable[[Job, "Session"], Iterable[tuple[str, int]]]  # (queue, highest victim tier)
 SessionFn = Callable[["Session"], None]
 
 
@@ -111,22 +112,27 @@ class Framework:
     def is_urgent(self, job: Job, ssn: Session) -> bool:
         return any(fn(job, ssn) for _, fn in self.urgent)
 
+    def may_be_victim(self, victim: Job, ssn: Session) -> bool:
+        """Running, and no plugin protects it (checked once per cycle: it does not depend on the preemptor)."""
+        return victim.phase is JobPhase.RUNNING and all(fn(victim, ssn) for _, fn in self.victim_filter)
+
     def victim_reason(self, preemptor: Job, victim: Job, ssn: Session) -> str | None:
-        """The rule under which ``victim`` may be evicted for ``preemptor`` now, or None."""
+        """The rule under which ``victim`` (one that :meth:`may_be_victim`) may be evicted for ``preemptor``
+        now, or None."""
         if victim.phase is not JobPhase.RUNNING or victim.name == preemptor.name:
-            return None
-        if not all(fn(preemptor, victim, ssn) for _, fn in self.victim_filter):
             return None
         for name, fn in self.victim_rule:
             if fn(preemptor, victim, ssn):
                 return name
         return None
 
-    def queues_with_victims(self, preemptor: Job, ssn: Session) -> list[str]:
-        out: dict[str, None] = {}
+    def queues_with_victims(self, preemptor: Job, ssn: Session) -> dict[str, int]:
+        """Queue -> the highest tier among which victims may be found there."""
+        out: dict[str, int] = {}
         for _, fn in self.victim_queues:
-            out.update(dict.fromkeys(fn(preemptor, ssn)))
-        return list(out)
+            for queue, tier in fn(preemptor, ssn):
+                out[queue] = max(tier, out.get(queue, tier))
+        return out
 
     @property
     def preempts(self) -> bool:

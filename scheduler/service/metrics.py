@@ -21,3 +21,6 @@ PREEMPTIONS = Counter("kube_ferry_preemption_notices_total", "Jobs told they wil
 EVICTIONS = Counter("kube_ferry_evictions_total", "Jobs evicted (whole jobs)", registry=REGISTRY)
 BINDINGS = Counter("kube_ferry_bindings_total", "Pod bindings written, by result", ["result"], registry=REGISTRY)
 IS_LEADER = Gauge("kube_ferry_leader", "1 while this replica holds the scheduling lease", registry=REGISTRY)
+NODE_IMBALANCE = Gauge("kube_ferry_node_imbalance_percent",
+                       "Coefficient of variation of GPU utilisation over the GPU nodes in use (README: node balance)",
+                       registry=REGISTRY)

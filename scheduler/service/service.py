@@ -28,6 +28,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from ferry.keys import DEVICES_ANNOTATION, SCHEDULER_NAME, WILL_EVICT_AT, WILL_EVICT_BY
 from ferry.kube.informer import Informer, Obj, key_of
 from ferry.kube.rest import Rest, path
+from scheduler.core.balance import node_imbalance
 from scheduler.core.decisions import Bind, CancelEviction, CycleResult, Evict, JobStatus, NotifyWillEvict, Shrink
 from scheduler.core.scheduler import Scheduler, SchedulerConfig
 from scheduler.service import metrics
@@ -203,6 +204,7 @@ class SchedulerService:
         for j in snap.cluster.jobs.values():
             if j.phase.holds_resources:
                 running[j.queue] = running.get(j.queue, 0) + 1
+        metrics.NODE_IMBALANCE.set(node_imbalance(snap.cluster.nodes.values()))
         borrowed_total = sum(max(0, q.allocated_gpu - q.guaranteed_gpu) for q in snap.cluster.queues.values())
         writes = []
         for q in snap.cluster.queues.values():

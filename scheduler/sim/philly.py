@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from scheduler.core.balance import node_imbalance
 from scheduler.core.decisions import Evict, JobStatus, NotifyWillEvict
 from scheduler.core.fairshare import water_fill
 from scheduler.core.model import Cluster, Device, Job, JobPhase, Node, Queue, Request, Task
@@ -170,6 +171,8 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
     timeline: list[tuple[float, int, int]] = []
     busy_while_waiting = 0.0
     waiting_time = 0.0
+    imbalance = 0.0  # node imbalance of the state since the last event
+    imbalance_s = 0.0  # its integral over time
     last_t = 0.0
     preemptions = 0
     wasted = 0.0
@@ -177,9 +180,10 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
     total = len(runnable)
 
     def account(now: float) -> None:
-        nonlocal busy_while_waiting, waiting_time, last_t
+        nonlocal busy_while_waiting, waiting_time, last_t, imbalance_s
         dt = now - last_t
         if dt > 0:
+            imbalance_s += imbalance * dt
             if pending:
                 busy_while_waiting += allocated * dt
                 waiting_time += dt
@@ -203,6 +207,7 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
     while events:
         now = events[0][0]
         account(now)
+        ended = False
         while events and events[0][0] == now:
             _, kind, _, name, inc = heapq.heappop(events)
             lj = live[name]
@@ -210,6 +215,7 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
                 demand[lj.trace.tenant] += lj.trace.gpus
                 submit(name, now)
             elif inc == lj.incarnation and lj.started is not None:  # completion of the current run
+                ended = True
                 sched.finish(f"{name}.{inc}", JobPhase.SUCCEEDED)
                 sched.remove(f"{name}.{inc}")
                 allocated -= lj.trace.gpus
@@ -251,6 +257,8 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
                 lj.started = lj.notice = None
                 submit(name, now)
         timeline.append((now, allocated, pending))
+        if res.decisions or ended:  # the nodes' load changed
+            imbalance = node_imbalance(cluster.nodes.values())
 
     all_waits = [w for s in stats.values() for w in s.waits]
     all_jcts = [w for s in stats.values() for w in s.jcts]
@@ -264,6 +272,7 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
         "gpu_utilization": (round(100 * busy_while_waiting / (capacity_gpus * waiting_time), 2)
                             if waiting_time else None),
         "jain_fairness": round(jain, 4),
+        "node_imbalance_pct": round(imbalance_s / last_t, 1) if last_t else 0.0,
         "preemptions": preemptions,
         "wasted_gpu_s": round(wasted, 1),
         "big_jobs_p99_wait_s": round(_pct(big_waits, 99), 1) if big_waits else None,

@@ -110,6 +110,18 @@ async def test_four_quarter_gpu_pods_share_one_device(
     assert p4 == private_node
     fifth = (await core.read_namespaced_pod("share-4", compute_ns)).metadata.annotations["kubeferry.io/gpu-devices"]
     assert fifth not in devices
+    imbalance = scheduler_metric(ferry_scheduler, "kube_ferry_node_imbalance_percent")
+    assert imbalance is not None and 0 <= imbalance < 1000  # exported every cycle (defined in the README)
+
+
+def scheduler_metric(comp: Component, name: str) -> float | None:
+    """A sample of the scheduler's /metrics, or None when it does not export it."""
+    import re
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{comp.spec.ports[0]}/metrics", timeout=5).read().decode()
+    m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else None
 
 
 async def test_missing_queue_is_explained_and_others_still_schedule(

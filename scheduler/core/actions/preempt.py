@@ -34,11 +34,8 @@ class Preempt(Action):
                     candidates.append((not fw.is_urgent(jobs[name], ssn), qkey, key, name))
         if not candidates:
             return
-        running: dict[str, list[Job]] = defaultdict(list)
-        for j in jobs.values():
-            if j.phase is JobPhase.RUNNING:
-                running[j.queue].append(j)
-        attempts = 0
+        running: dict[tuple[str, int], list[Job]] | None = None  # the jobs that may be victims at all, by
+        attempts = 0  # queue and tier: built when a search first needs it (most cycles none does)
         for _, _, _, name in sorted(candidates):
             if attempts >= cfg.preemption_attempts:
                 return
@@ -55,8 +52,13 @@ class Preempt(Action):
             if now < job.preempt_retry_at:
                 continue
             ssn.refresh_claims()
-            pool = [v for q in fw.queues_with_victims(job, ssn) for v in running.get(q, ())
-                    if fw.victim_reason(job, v, ssn)]
+            if running is None:
+                running = defaultdict(list)
+                for j in jobs.values():
+                    if fw.may_be_victim(j, ssn):
+                        running[(j.queue, int(j.tier))].append(j)
+            pool = [v for q, top in fw.queues_with_victims(job, ssn).items() for tier in range(top + 1)
+                    for v in running.get((q, tier), ()) if fw.victim_reason(job, v, ssn)]
             if not pool:
                 job.preempt_retry_at = now + cfg.preemption_retry_s
                 continue

@@ -13,7 +13,7 @@ class Protection(Plugin):
     def register(self, fw: Framework) -> None:
         fw.victim_filter.append((self.name, self.may_be_victim))
 
-    def may_be_victim(self, preemptor: Job, victim: Job, ssn: Session) -> bool:
+    def may_be_victim(self, victim: Job, ssn: Session) -> bool:
         cfg = self.sched.config
         if victim.start_time is not None and ssn.now - victim.start_time < cfg.min_runtime_s:
             return False

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from scheduler.core.framework import Framework, Plugin, Session
-from scheduler.core.model import Job, Queue
+from scheduler.core.model import Job, Queue, Tier
 
 
 def borrowed(q: Queue, delta: int) -> float:
@@ -60,7 +60,7 @@ class Reclaim(Plugin):
             borrowed(queues[preemptor.queue], claim(preemptor, ssn))
             < borrowed(queues[victim.queue], -leaving(victim, ssn)))
 
-    def queues(self, preemptor: Job, ssn: Session) -> Iterator[str]:
+    def queues(self, preemptor: Job, ssn: Session) -> Iterator[tuple[str, int]]:
         pq = self.sched.cluster.queues[preemptor.queue]
         if not pq.rights.reclaim:
             return
@@ -68,4 +68,4 @@ class Reclaim(Plugin):
         within = pq.allocated_gpu + wants <= pq.guaranteed_gpu
         for q, kept in over_guarantee(preemptor, ssn):
             if within or borrowed(pq, wants) < borrowed(q, kept):
-                yield q.name
+                yield q.name, max(Tier)

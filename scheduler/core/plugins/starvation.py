@@ -31,6 +31,6 @@ class Starvation(Plugin):
             return False
         return victim.start_time > preemptor.submit_time and victim.tier <= preemptor.tier
 
-    def queues(self, preemptor: Job, ssn: Session) -> Iterator[str]:
+    def queues(self, preemptor: Job, ssn: Session) -> Iterator[tuple[str, int]]:
         if self.sched.cluster.queues[preemptor.queue].rights.reclaim and self.starving(preemptor, ssn):
-            yield from (q.name for q, _ in over_guarantee(preemptor, ssn))
+            yield from ((q.name, int(preemptor.tier)) for q, _ in over_guarantee(preemptor, ssn))

@@ -26,8 +26,11 @@ class TierPreemption(Plugin):
         pq = self.sched.cluster.queues[preemptor.queue]
         return victim.queue != preemptor.queue and pq.rights.privileged and victim.tier < preemptor.tier
 
-    def queues(self, preemptor: Job, ssn: Session) -> Iterable[str]:
+    def queues(self, preemptor: Job, ssn: Session) -> Iterable[tuple[str, int]]:
+        below = int(preemptor.tier) - 1  # both rules take lower tiers only
+        if below < 0:
+            return
         if preemptor.tier is Tier.GUARANTEED:
-            yield preemptor.queue
+            yield preemptor.queue, below
         if self.sched.cluster.queues[preemptor.queue].rights.privileged:
-            yield from (q for q in self.sched.cluster.queues if q != preemptor.queue)
+            yield from ((q, below) for q in self.sched.cluster.queues if q != preemptor.queue)
