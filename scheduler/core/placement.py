@@ -9,7 +9,7 @@ ever leaves :meth:`Placer.place_gang`.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from scheduler.core.model import GPU_MILLI, Cluster, Job, Node, Replica, ReplicaPhase, Request
@@ -33,8 +33,14 @@ class Placer:
         self.domain_free: dict[str, int] = defaultdict(int)  # free whole GPUs per domain
         self._capacity: dict[str, int] = {}
         self.capacity = 0  # GPU milli of schedulable nodes
+        # node -> the replicas bound there (dicts as ordered sets), to recount a node's use from scratch
+        self.on_node: dict[str, dict[tuple[str, str, int], tuple[Job, Replica]]] = defaultdict(dict)
         for node in cluster.nodes.values():
             self._index(node)
+        for job in cluster.jobs.values():  # a placer made anew for a model that has bindings
+            for r in job.replicas:
+                if r.phase is ReplicaPhase.BOUND and r.node is not None:
+                    self.on_node[r.node][(job.name, r.task, r.index)] = (job, r)
 
     # ------------------------------------------------------------------ index
     def _index(self, node: Node) -> None:
@@ -63,6 +69,31 @@ class Placer:
         for name in names:
             self._index(self.cluster.nodes[name])
 
+    def recount(self, node: Node, charges: Iterable[Callable[[Node], None]] = ()) -> None:
+        """A node's use from scratch: what ``charges`` hold there (pods the core does not place), then the
+        replicas bound to it. For a node whose object or foreign pods changed."""
+        node.used_cpu = node.used_mem = node.pods = 0
+        for d in node.devices:
+            d.free = GPU_MILLI
+        for take in charges:
+            take(node)
+        for job, replica in self.on_node.get(node.name, {}).values():
+            req = job.task_by_name[replica.task].request
+            node.used_cpu += req.cpu_milli
+            node.used_mem += req.mem_mib
+            node.pods += 1
+            for i in replica.devices:
+                if i < len(node.devices):
+                    node.devices[i].free -= req.gpu_milli
+        self._index(node)
+
+    def forget(self, name: str) -> None:
+        """A node that is gone: out of the index (its replicas stay bound to the name, holding nothing)."""
+        node = self.cluster.nodes.get(name)
+        if node is not None:
+            node.schedulable = False
+            self._index(node)
+
     def max_free_whole(self) -> int:
         for free in range(self.max_gpus, -1, -1):
             if self._buckets[free]:
@@ -70,7 +101,10 @@ class Placer:
         return 0
 
     # ----------------------------------------------------------- accounting
-    def bind(self, job: Job, replica: Replica, node_name: str, devices: tuple[int, ...]) -> None:
+    def bind(self, job: Job, replica: Replica, node_name: str, devices: tuple[int, ...], strict: bool = True) -> None:
+        """Account a replica on a node. ``strict``: a decision, which must fit; otherwise a fact found in the
+        cluster, recorded even where it over-commits a device (e.g. a preemptor bound while its victim's
+        pods are still leaving): such a device simply has no room until one of them goes."""
         req = job.task_by_name[replica.task].request
         node = self.cluster.nodes[node_name]
         node.used_cpu += req.cpu_milli
@@ -78,9 +112,10 @@ class Placer:
         node.pods += 1
         for d in devices:
             node.devices[d].free -= req.gpu_milli
-            if node.devices[d].free < 0:
+            if strict and node.devices[d].free < 0:
                 raise AssertionError(f"GPU {d} of {node_name} over-committed by {job.name}")
         replica.phase, replica.node, replica.devices = ReplicaPhase.BOUND, node_name, devices
+        self.on_node[node_name][(job.name, replica.task, replica.index)] = (job, replica)
         self.cluster.queues[job.queue].allocated_gpu += req.gpu_total
         job.allocated += req.gpu_total
         self._index(node)
@@ -90,6 +125,7 @@ class Placer:
             replica.phase = phase
             return
         req = job.task_by_name[replica.task].request
+        self.on_node[replica.node].pop((job.name, replica.task, replica.index), None)
         node = self.cluster.nodes.get(replica.node)
         if node is not None:
             node.used_cpu -= req.cpu_milli

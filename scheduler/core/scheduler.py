@@ -150,7 +150,7 @@ class Scheduler:
                 req = tasks[r.task].request
                 if len(devices) != req.gpus or any(d >= len(known.devices) for d in devices):
                     devices = self.placer.pick_devices(known, req.gpus) or ()  # devices not recorded: assume free ones
-                self.placer.bind(job, r, node, devices)
+                self.placer.bind(job, r, node, devices, strict=False)
         if job.bound() and job.phase is JobPhase.PENDING:
             job.phase = JobPhase.RUNNING
         if job.pending() and not job.phase.terminal:
@@ -165,6 +165,40 @@ class Scheduler:
             raise KeyError(f"job {job.name} names queue {job.queue!r}, which does not exist")
         self.cluster.jobs[job.name] = job
         self._adopt(job)
+
+    def replace(self, job: Job) -> None:
+        """A job whose spec or members changed (e.g. an informer delta) takes the place of the one of the same
+        name, keeping what the scheduler knows of it: its start, its preemption and backfill history, a
+        notice it was given or a preemptor's wait, its hold. A job that had ended comes back as a new run."""
+        old = self.cluster.jobs[job.name]
+        for r in old.replicas:
+            if r.phase is ReplicaPhase.BOUND:
+                self.placer.release(old, r, ReplicaPhase.PENDING)
+        self.unindex(job.name)
+        self.elastic.pop(job.name, None)
+        job.last_victim_cycle, job.last_victim_at = old.last_victim_cycle, old.last_victim_at
+        job.evictions = old.evictions
+        if not old.phase.terminal:
+            job.bypassed, job.preempt_retry_at = old.bypassed, old.preempt_retry_at
+            job.privileged_since = old.privileged_since
+            if old.start_time is not None and (job.start_time is None or old.start_time < job.start_time):
+                job.start_time = old.start_time
+            bound = any(r.phase is ReplicaPhase.BOUND for r in job.replicas)
+            if old.phase is JobPhase.WILL_EVICT and bound:  # the model's notice, not the annotations' copy
+                job.phase, job.will_evict_deadline, job.will_evict_by = (JobPhase.WILL_EVICT, old.will_evict_deadline,
+                                                                        old.will_evict_by)
+            elif job.phase is JobPhase.WILL_EVICT and old.phase is not JobPhase.WILL_EVICT:  # cancelled meanwhile
+                job.phase, job.will_evict_deadline, job.will_evict_by = JobPhase.PENDING, None, None
+            elif old.phase is JobPhase.PRIVILEGED and not bound:
+                job.phase = JobPhase.PRIVILEGED
+            job.reserved_nodes = self.reserved.get(job.name, ())
+        self.cluster.jobs[job.name] = job
+        self._adopt(job)
+
+    def forget_node(self, name: str) -> None:
+        """A node that is gone (its jobs are to be replaced: bound there, they hold nothing here)."""
+        self.placer.forget(name)
+        self.cluster.nodes.pop(name, None)
 
     def index(self, job: Job) -> None:
         """(Re-)file a job with pending replicas under its tier, queue, shape and order."""
@@ -269,37 +303,6 @@ class Scheduler:
 
     def node_changed(self, name: str) -> None:
         self.placer.refresh([name])
-
-    # ------------------------------------------------------------- carry-over
-    def carry_over(self, previous: Scheduler) -> None:
-        """Take over the decisions in flight of the scheduler that ran the previous cycle on an older
-        snapshot of the same cluster (services rebuild the model from their caches every cycle): victims
-        and their deadlines, preemptors, holds, and each job's preemption and backfill history."""
-        self.cycles = previous.cycles
-        jobs = self.cluster.jobs
-        for name, old in previous.cluster.jobs.items():
-            job = jobs.get(name)
-            if job is None or job.phase.terminal:
-                continue
-            job.last_victim_cycle, job.last_victim_at = old.last_victim_cycle, old.last_victim_at
-            job.bypassed, job.preempt_retry_at = old.bypassed, old.preempt_retry_at
-            job.privileged_since = old.privileged_since
-            if old.start_time is not None and (job.start_time is None or old.start_time < job.start_time):
-                job.start_time = old.start_time  # the snapshot only knows "now" for a job it sees start
-            if old.phase is JobPhase.WILL_EVICT and job.phase is JobPhase.RUNNING:
-                job.phase, job.will_evict_deadline = JobPhase.WILL_EVICT, old.will_evict_deadline
-                job.will_evict_by = old.will_evict_by
-            elif old.phase is JobPhase.PRIVILEGED and job.phase is JobPhase.PENDING:
-                job.phase = JobPhase.PRIVILEGED
-        for name, nodes in previous.reserved.items():
-            if name in jobs and not jobs[name].phase.terminal and jobs[name].pending():
-                self.reserved[name] = tuple(n for n in nodes if n in self.cluster.nodes)
-                jobs[name].reserved_nodes = self.reserved[name]
-        for preemptor, victims in previous.victims.items():
-            if preemptor in jobs or preemptor.startswith("restart:"):
-                for v in victims:
-                    if v in jobs and jobs[v].phase is JobPhase.WILL_EVICT:
-                        self.victims[preemptor][v] = None
 
     # ----------------------------------------------------------------- cycle
     def cycle(self, now: float) -> CycleResult:

@@ -1,7 +1,8 @@
 """The compute-cluster scheduler service: informer caches → scheduling core → bounded concurrent writes.
 
-Each cycle snapshots the caches (with this replica's in-flight bindings assumed, so nothing is
-placed twice), runs one core cycle and writes its decisions: bindings (GPU devices recorded on the
+One model for the service's life (:mod:`scheduler.service.mirror`), fed by the informers' deltas (with
+this replica's in-flight bindings assumed, so nothing is placed twice); each cycle applies what changed,
+runs one core cycle and writes its decisions: bindings (GPU devices recorded on the
 pod first), pending reasons as Events and PodGroup conditions, PodGroup phases. Writes for one job
 run concurrently, bounded across jobs by a semaphore; the API server, not the core, is the limit.
 Bindings run in the background once assumed, so a cycle never waits for them; a cycle runs when
@@ -30,11 +31,12 @@ from ferry.kube.informer import Informer, Obj, key_of
 from ferry.kube.rest import Rest, path
 from scheduler.core.balance import node_imbalance
 from scheduler.core.decisions import Bind, CancelEviction, CycleResult, Evict, JobStatus, NotifyWillEvict, Shrink
-from scheduler.core.scheduler import Scheduler, SchedulerConfig
+from scheduler.core.scheduler import SchedulerConfig
 from scheduler.service import metrics
 from scheduler.service.accounting import Accountant
+from scheduler.service.mirror import Mirror
 from scheduler.service.settings import SettingsFile
-from scheduler.service.snapshot import GangCounts, ShapeCache, Snapshot, build
+from scheduler.service.snapshot import GangCounts, Snapshot
 
 GROUP, VERSION = "scheduling.kubeferry.io", "v1alpha1"
 IDLE_PERIODS = 5  # with nothing new, a cycle every this many periods
@@ -64,13 +66,15 @@ class SchedulerService:
         self.custom = client.CustomObjectsApi(api)
         self.wake = asyncio.Event()
         self._pod_seen: dict[str, tuple[Any, ...]] = {}  # what a cycle reads of each pod, last seen
-        poke = self._poke
-        self.nodes = Informer("nodes", self.core_api.list_node, poke)
+        self.nodes = Informer("nodes", self.core_api.list_node, self._node_changed)
         self.pods = Informer("pods", self.core_api.list_pod_for_all_namespaces, self._pod_changed)
         self.groups = Informer("podgroups", partial(self.custom.list_cluster_custom_object, GROUP, VERSION,
-                                                    "podgroups"), poke)
+                                                    "podgroups"), self._group_changed)
         self.queues = Informer("queues", partial(self.custom.list_cluster_custom_object, GROUP, VERSION, "queues"),
-                               poke)
+                               self._queue_changed)
+        # the one model, fed by the informers' deltas
+        self.mirror = Mirror(self.config.core, lambda: self.pods.store, lambda: self.nodes.store,
+                             lambda: self.groups.store, lambda: self.queues.store)
         self.informers = (self.nodes, self.pods, self.groups, self.queues)
         self.rest = Rest(api)
         self.accountant = Accountant(self.rest, lambda: self.groups.store, lambda: self.queues.store)
@@ -82,22 +86,30 @@ class SchedulerService:
         self._queue_status: dict[str, dict[str, Any]] = {}
         self._sem = asyncio.Semaphore(self.config.write_concurrency)
         self.cycles = 0
-        self._previous: Scheduler | None = None  # last cycle's core, whose decisions in flight carry over
-        self._shapes = ShapeCache()
         self._binder: asyncio.TaskGroup | None = None  # where bindings run while the service runs
         self.leading = asyncio.Event()
         self.leading.set()
 
-    def _poke(self, _kind: str, _obj: Obj) -> None:
+    def _node_changed(self, kind: str, obj: Obj) -> None:
+        self.mirror.node_changed(key_of(obj))
+        self.wake.set()
+
+    def _group_changed(self, kind: str, obj: Obj) -> None:
+        self.mirror.group_changed(key_of(obj))
+        self.wake.set()
+
+    def _queue_changed(self, kind: str, obj: Obj) -> None:
+        self.mirror.queues_changed()
         self.wake.set()
 
     def _pod_changed(self, kind: str, obj: Obj) -> None:
-        """Wake the loop only for what a cycle reads. A pod's status changes (Pending → Running,
-        conditions) several times in its life and each cycle costs in proportion to the whole cluster;
-        a change missed here waits at most one period."""
+        """File the change in the model; wake the loop only for what a cycle reads. A pod's status changes
+        (Pending → Running, conditions) several times in its life; a change missed here waits at most
+        one period."""
         key = key_of(obj)
         self.accountant.pod_changed(kind, obj)
         if kind == "DELETED":
+            self.mirror.pod_changed(key, None)
             self._pod_seen.pop(key, None)
             self.wake.set()
             return
@@ -107,6 +119,8 @@ class SchedulerService:
                 meta.get("annotations"))
         before = self._pod_seen.get(key)
         self._pod_seen[key] = seen
+        if before != seen:
+            self.mirror.pod_changed(key, obj)
         assumed = self.assumed.get(key)
         ours = (assumed is not None and before is not None and seen[0] == assumed[0]
                 and seen[1:] == before[1:])  # only our own binding arriving: nothing new to decide
@@ -132,7 +146,9 @@ class SchedulerService:
     async def _loop(self) -> None:
         quiet_since = 0.0  # when a cycle last decided nothing (0: the last one decided something)
         while True:
-            await self.leading.wait()
+            if not self.leading.is_set():
+                self.mirror.invalidate()  # another replica decides meanwhile: build afresh when leading again
+                await self.leading.wait()
             woken = False
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout=self.config.period_s)
@@ -142,7 +158,7 @@ class SchedulerService:
                 continue
             await self._reload()
             # Nothing changed and the last cycle decided nothing: only the clock moves (grace deadlines,
-            # holds), which a cycle every few periods sees in time; each cycle costs the whole cluster.
+            # holds), which a cycle every few periods sees in time.
             if not woken and quiet_since and time.monotonic() - quiet_since < IDLE_PERIODS * self.config.period_s:
                 continue
             try:
@@ -150,7 +166,7 @@ class SchedulerService:
                 quiet_since = 0.0 if result.decisions else time.monotonic()
             except Exception:  # one bad cycle must not stop scheduling; the next starts afresh
                 log.exception("scheduling cycle failed")
-                self._previous = None
+                self.mirror.invalidate()
                 quiet_since = 0.0
 
     async def _reload(self) -> None:
@@ -162,6 +178,7 @@ class SchedulerService:
         if applied:
             before = self.config.core
             self.config.core, self.config.period_s = settings.current.core, settings.current.period_s
+            self.mirror.config = self.config.core  # the model's scheduler reconfigures at the next cycle
             changed = {k: v for k, v in vars(self.config.core).items() if vars(before).get(k) != v}
             log.info("configuration applied", file=str(settings.path), period_s=self.config.period_s, **changed)
         if error:
@@ -170,30 +187,31 @@ class SchedulerService:
             await self._event({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}},
                               "Warning", "InvalidConfiguration", error)
 
-    def _view(self) -> dict[str, Obj]:
-        """Cached pods with this replica's bindings applied until the cache shows them."""
-        pods = dict(self.pods.store)
+    def _expire_assumed(self) -> None:
+        """Forget bindings the cache now shows, or that never showed within a minute (the model re-derives
+        those pods' jobs from the cache)."""
+        pods = self.pods.store
         now = time.monotonic()
-        for key, (node, devices, since) in list(self.assumed.items()):
+        for key, (_, _, since) in list(self.assumed.items()):
             pod = pods.get(key)
-            if pod is None or pod.get("spec", {}).get("nodeName") or now - since > 60:
+            if pod is None or pod.get("spec", {}).get("nodeName"):
                 del self.assumed[key]
-                continue
-            pod = {**pod, "spec": {**pod["spec"], "nodeName": node},
-                   "metadata": {**pod["metadata"], "annotations": {**(pod["metadata"].get("annotations") or {}),
-                                                                  DEVICES_ANNOTATION: ",".join(map(str, devices))}}}
-            pods[key] = pod
-        return pods
+            elif now - since > 60:
+                del self.assumed[key]
+                self.mirror.job_changed(key)
+
+    def _unassume(self, key: str) -> None:
+        """A binding that did not happen: the pod is to be placed again."""
+        self.assumed.pop(key, None)
+        self.mirror.job_changed(key)
+        self.wake.set()
 
     async def cycle_once(self) -> CycleResult:
         t0 = time.monotonic()
-        snap = build(self.nodes.store, self._view(), self.groups.store, self.queues.store, time.time(),
-                     self._shapes)
-        sched = Scheduler(snap.cluster, self.config.core)
-        if self._previous is not None:
-            sched.carry_over(self._previous)
-        result = sched.cycle(time.time())
-        self._previous = sched
+        now = time.time()
+        self._expire_assumed()
+        sched, snap = self.mirror.sync(now, self.assumed)
+        result = sched.cycle(now)
         metrics.CYCLE_SECONDS.observe(time.monotonic() - t0)
         self.cycles += 1
         await self._apply(snap, result, t0)
@@ -352,8 +370,7 @@ class SchedulerService:
             now = time.monotonic()
             for (pod, d), ok in zip(targets, results, strict=True):
                 if not ok:
-                    self.assumed.pop(key_of(pod), None)
-                    self.wake.set()
+                    self._unassume(key_of(pod))
                 elif key_of(pod) in self.assumed:  # bound: kept until the cache shows it (or a minute)
                     self.assumed[key_of(pod)] = (d.node, d.devices, now)
         metrics.ATTEMPTS.labels("scheduled" if all(results) else "error").inc()
@@ -366,8 +383,7 @@ class SchedulerService:
             await self._bind_job(job, targets, t0)
             return
         for pod, _ in targets:  # a victim stays: place the job again in a later cycle
-            self.assumed.pop(key_of(pod), None)
-        self.wake.set()
+            self._unassume(key_of(pod))
 
     async def _bind(self, pod: Obj, d: Bind) -> bool:
         """One write per pod: the apiserver copies a Binding's annotations onto the pod with its node, so

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 from ferry.keys import (
     DEVICES_ANNOTATION,
@@ -189,79 +189,118 @@ def build_queue(obj: Obj) -> Queue:
     )
 
 
+class Filed(NamedTuple):
+    """Where a pod counts: a job's live member, a gang's ended member, a charge on a node, or nowhere."""
+
+    kind: Literal["member", "ended", "charge", "none"]
+    key: str  # the job (member, ended) or the node (charge)
+
+
+def file_pod(pod: Obj) -> Filed:
+    spec, meta = pod.get("spec", {}), pod["metadata"]
+    node_name = spec.get("nodeName")
+    if spec.get("schedulerName") != SCHEDULER_NAME or meta.get("deletionTimestamp"):
+        # another scheduler's (or bound by hand), or ours and leaving: its node is not free until it is gone
+        # (a kubelet would refuse newcomers)
+        return Filed("charge", node_name) if node_name and not _terminal(pod) else Filed("none", "")
+    if spec.get("schedulingGates"):  # gated: not ready to schedule
+        return Filed("none", "")
+    group = meta.get("labels", {}).get(POD_GROUP_LABEL)
+    if _terminal(pod):
+        return Filed("ended", f"{meta['namespace']}/{group}") if group else Filed("none", "")
+    return Filed("member", f"{meta['namespace']}/{group}" if group else f"{meta['namespace']}/pod/{meta['name']}")
+
+
+@dataclass
+class JobView:
+    """Everything the service knows of one job: the core's Job when it can be scheduled, else why not."""
+
+    job: Job | None
+    pods: dict[tuple[str, int], Obj]
+    group: Obj | None
+    counts: GangCounts | None
+    problem: str | None = None
+    waiting: str | None = None
+
+
+def assemble(name: str, live: list[Obj], ended: list[Obj], groups: Mapping[str, Obj], ns_queue: dict[str, str],
+             queues: dict[str, Queue], cache: ShapeCache, now: float) -> JobView:
+    """One job from its live and ended member pods and its PodGroup."""
+    if not live:  # a gang whose every member ended
+        return JobView(None, {}, groups.get(name), gang_counts([], ended))
+    ns = live[0]["metadata"]["namespace"]
+    group_name = live[0]["metadata"].get("labels", {}).get(POD_GROUP_LABEL)
+    group = groups.get(f"{ns}/{group_name}") if group_name else None
+    counts = gang_counts(live, ended) if group_name else None
+    try:
+        job, by_replica = _job(name, live, group, ns_queue, queues, cache)
+    except BadSpec as exc:
+        return JobView(None, {(p["metadata"]["name"], 0): p for p in live}, group, counts, problem=str(exc))
+    if group_name and group is None:
+        return JobView(None, by_replica, group, counts, waiting=f"PodGroup {group_name} does not exist (yet)")
+    if len(job.replicas) + len(ended) < job.gang_size:
+        return JobView(None, by_replica, group, counts, waiting=(
+            f"waiting for gang members: {len(job.replicas) + len(ended)} of {job.gang_size} pods exist"))
+    if job.bound() and job.start_time is None:  # bound, not started yet: young, as far as we know
+        job.start_time = now
+    if ended and job.min_member is not None:  # members that ended were part of the gang's minimum
+        job.min_member = max(1, job.min_member - len(ended))
+    return JobView(job, by_replica, group, counts)
+
+
+def record(snap: Snapshot, name: str, view: JobView) -> None:
+    """Put what the service shows of a job into the snapshot (replacing what it showed before)."""
+    snap.problems.pop(name, None)
+    snap.waiting.pop(name, None)
+    snap.counts.pop(name, None)
+    if view.problem is not None:
+        snap.problems[name] = view.problem
+    if view.waiting is not None:
+        snap.waiting[name] = view.waiting
+    if view.counts is not None:
+        snap.counts[name] = view.counts
+    snap.group_of[name] = view.group
+    if view.pods:
+        snap.pods_of[name] = view.pods
+    else:
+        snap.pods_of.pop(name, None)
+
+
 def build(nodes: dict[str, Obj], pods: dict[str, Obj], groups: dict[str, Obj], queues: dict[str, Obj],
           now: float, cache: ShapeCache | None = None) -> Snapshot:
     cluster_nodes = {}
     for obj in nodes.values():
         node = build_node(obj)
         cluster_nodes[node.name] = node
-    cluster_queues = {q.name: q for q in (build_queue(o) for o in queues.values())}
-    cluster_queues.setdefault(DEFAULT_QUEUE, Queue(DEFAULT_QUEUE))
+    cluster_queues = build_queues(queues)
     ns_queue = namespace_queues(queues)
     snap = Snapshot(Cluster(cluster_nodes, cluster_queues, now=now), {}, {})
-
     members: dict[str, list[Obj]] = defaultdict(list)
     ended: dict[str, list[Obj]] = defaultdict(list)  # gang members that finished: present, holding nothing
     for pod in pods.values():
-        spec = pod.get("spec", {})
-        node_name = spec.get("nodeName")
-        if spec.get("schedulerName") != SCHEDULER_NAME:
-            if node_name and not _terminal(pod) and node_name in cluster_nodes:
-                _charge(cluster_nodes[node_name], pod)
-            continue
-        meta = pod["metadata"]
-        if meta.get("deletionTimestamp"):  # leaving: its node is not free until it is gone (a kubelet
-            if node_name and not _terminal(pod) and node_name in cluster_nodes:  # would refuse newcomers)
-                _charge(cluster_nodes[node_name], pod)
-            continue
-        if spec.get("schedulingGates"):  # gated: not ready to schedule
-            continue
-        group = meta.get("labels", {}).get(POD_GROUP_LABEL)
-        if _terminal(pod):
-            if group:
-                ended[f"{meta['namespace']}/{group}"].append(pod)
-            continue
-        job_key = f"{meta['namespace']}/{group}" if group else f"{meta['namespace']}/pod/{meta['name']}"
-        members[job_key].append(pod)
-    for job_key, done in ended.items():  # gangs whose every member ended (the rest are counted below)
-        if job_key in members:
-            continue
-        ns, group_name = job_key.split("/", 1)
-        snap.group_of[job_key] = groups.get(f"{ns}/{group_name}")
-        snap.counts[job_key] = gang_counts([], done)
-
+        kind, key = file_pod(pod)
+        if kind == "charge":
+            if key in cluster_nodes:
+                charge(cluster_nodes[key], pod)
+        elif kind == "member":
+            members[key].append(pod)
+        elif kind == "ended":
+            ended[key].append(pod)
     cache = cache if cache is not None else ShapeCache()
     cache.keep_only(set(members))
-    for job_name, job_pods in members.items():
-        ns = job_pods[0]["metadata"]["namespace"]
-        group_name = job_pods[0]["metadata"].get("labels", {}).get(POD_GROUP_LABEL)
-        group = groups.get(f"{ns}/{group_name}") if group_name else None
-        snap.group_of[job_name] = group
-        if group_name:
-            snap.counts[job_name] = gang_counts(job_pods, ended.get(job_name, []))
-        try:
-            job, by_replica = _job(job_name, job_pods, group, ns_queue, cluster_queues, cache)
-        except BadSpec as exc:
-            snap.problems[job_name] = str(exc)
-            snap.pods_of[job_name] = {(p["metadata"]["name"], 0): p for p in job_pods}
-            continue
-        if group_name and group is None:
-            snap.waiting[job_name] = f"PodGroup {group_name} does not exist (yet)"
-            snap.pods_of[job_name] = by_replica
-            continue
-        n_ended = len(ended.get(job_name, ()))
-        if len(job.replicas) + n_ended < job.gang_size:
-            snap.waiting[job_name] = (f"waiting for gang members: {len(job.replicas) + n_ended} of {job.gang_size} "
-                                      f"pods exist")
-            snap.pods_of[job_name] = by_replica
-            continue
-        if job.bound() and job.start_time is None:  # bound, not started yet: young, as far as we know
-            job.start_time = now
-        if n_ended and job.min_member is not None:  # members that ended were part of the gang's minimum
-            job.min_member = max(1, job.min_member - n_ended)
-        snap.cluster.jobs[job_name] = job
-        snap.pods_of[job_name] = by_replica
+    for name in [*members, *(k for k in ended if k not in members)]:
+        view = assemble(name, members.get(name, []), ended.get(name, []), groups, ns_queue, cluster_queues, cache,
+                        now)
+        record(snap, name, view)
+        if view.job is not None:
+            snap.cluster.jobs[name] = view.job
     return snap
+
+
+def build_queues(queues: Mapping[str, Obj]) -> dict[str, Queue]:
+    out = {q.name: q for q in (build_queue(o) for o in queues.values())}
+    out.setdefault(DEFAULT_QUEUE, Queue(DEFAULT_QUEUE))
+    return out
 
 
 def _recorded_devices(pod: Obj) -> set[int]:
@@ -269,7 +308,7 @@ def _recorded_devices(pod: Obj) -> set[int]:
     return {int(d) for d in recorded.split(",") if d.strip().isdigit()} if recorded else set()
 
 
-def _charge(node: Node, pod: Obj) -> None:
+def charge(node: Node, pod: Obj) -> None:
     """What a pod the core does not place holds on its node: a terminating pod of ours the devices it
     recorded, until it is gone; a pod of another scheduler (or bound by hand) whole free GPUs."""
     try:
