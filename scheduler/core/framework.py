@@ -19,6 +19,8 @@ Extension points and how several plugins' answers combine:
 ``urgent``                a pending job that should be looked at first by victim searches: any
 ``victim_filter``         whether a running job may be a victim at all, whoever asks: every plugin must agree
 ``victim_rule``           the rule under which it may be evicted for a preemptor: the first that grants
+``victim_order``          which victims a search tries first: key parts concatenated (then the smallest
+                          and cheapest)
 ``victim_queues``         (queue, highest tier) that may hold victims for a preemptor (a cheap
                           prefilter, so a search looks at few running jobs): union, highest tier
 ``session_open``          per-cycle preparation (e.g. deserved shares)
@@ -45,6 +47,7 @@ AdmitFn = Callable[[Queue, Job], "str | None"]
 UrgentFn = Callable[[Job, "Session"], bool]
 VictimFilterFn = Callable[[Job, "Session"], bool]
 VictimRuleFn = Callable[[Job, Job, "Session"], bool]
+VictimOrderFn = Callable[[Job, Job, "Session"], tuple[float, ...]]  # (preemptor, victim) -> key part
 VictimQueuesFn = Callable[[Job, "Session"], Iterable[tuple[str, int]]]  # (queue, highest victim tier)
 SessionFn = Callable[["Session"], None]
 
@@ -86,6 +89,7 @@ class Framework:
         self.urgent: list[tuple[str, UrgentFn]] = []
         self.victim_filter: list[tuple[str, VictimFilterFn]] = []
         self.victim_rule: list[tuple[str, VictimRuleFn]] = []
+        self.victim_order: list[tuple[str, VictimOrderFn]] = []
         self.victim_queues: list[tuple[str, VictimQueuesFn]] = []
         self.session_open: list[tuple[str, SessionFn]] = []
 
@@ -125,6 +129,12 @@ class Framework:
             if fn(preemptor, victim, ssn):
                 return name
         return None
+
+    def victim_key(self, preemptor: Job, victim: Job, ssn: Session) -> tuple[float, ...]:
+        key: tuple[float, ...] = ()
+        for _, fn in self.victim_order:
+            key += fn(preemptor, victim, ssn)
+        return key
 
     def queues_with_victims(self, preemptor: Job, ssn: Session) -> dict[str, int]:
         """Queue -> the highest tier among which victims may be found there."""

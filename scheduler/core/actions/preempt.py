@@ -74,9 +74,10 @@ class Preempt(Action):
             return True
         gang = sched.gang_part(job)
         with Statement(sched.placer) as st:
-            # lowest tier and priority first; then small jobs (a big gang is hard to place again); then least
-            # work lost
-            order = sorted(pool, key=lambda v: (int(v.tier), v.priority, v.gpu_allocated(), _cost(v, now), v.name))
+            # the plugins' order (e.g. lowest tier and priority first), then small jobs (a big gang is hard to
+            # place again), then the least work lost
+            order = sorted(pool, key=lambda v: (*fw.victim_key(job, v, ssn), v.gpu_allocated(), _cost(v, now),
+                                                v.name))
             chosen: list[Job] = []
             fits = False
             for victim in order:
