@@ -3,7 +3,8 @@
 1. one cycle over 1,000 nodes x 8 GPUs with 5,000 pending pods in 500 gangs of 10;
 2. time per gang decision (gangs of 8 one-GPU pods) on 5,000 nodes x 8 GPUs;
 3. 10,000 nodes x 8 GPUs holding 100,000 pods: the full cycle, a cycle with nothing new, one pod's delta
-   applied to the long-lived model and the cycle after it, peak memory;
+   applied to the long-lived model and the cycle after it, peak memory; then the same through the
+   service's model (API objects in, :mod:`scheduler.bench.mirror`);
 4. wall time of the ferry policy over the whole shared Philly trace (96 x 8 GPUs).
 """
 
@@ -159,6 +160,9 @@ def main() -> None:
           f"{max(large.delta_s) * 1000:.2f} ms (target <= 10 ms), the cycle after it median "
           f"{statistics.median(large.delta_cycle_s) * 1000:.0f} ms; peak RSS {large.rss_mib:.0f} MiB "
           "(target <= 2,048 MiB)", flush=True)
+    from scheduler.bench.mirror import bench_mirror, report
+
+    print(report(bench_mirror()), flush=True)
     if not args.skip_philly:
         philly_dir = args.traces / "philly"
         wall = bench_philly(philly_dir / "philly_2017-09_10.csv", philly_dir / "philly_vc_nodes.csv")
