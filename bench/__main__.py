@@ -70,7 +70,7 @@ def main() -> int:
     if args.bridge_pods and (not args.only or "bridge" in args.only):
         say(f"[bridge] through a tenant cluster and its vnode vs directly ({time.monotonic() - t0:.0f} s so far)")
         with tempfile.TemporaryDirectory(prefix="ferry-bench-bridge-") as tmp:
-            phases = asyncio.run(bridge.measure(Path(tmp), args.bridge_pods, say))
+            phases = asyncio.run(bridge.measure(Path(tmp), args.bridge_pods, say, profiles=out / "profiles"))
     headline = report.write(out, header, results, phases)
     print(headline)
     say(f"report: {out / 'report.md'} ({time.monotonic() - t0:.0f} s)")

@@ -14,10 +14,11 @@ import asyncio
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.profile import Profile, Sampler
 from bench.throughput import cpu_seconds, percentile, until
 from ferry import binaries
 from ferry.cluster.planes import COMPUTE, ControlPlanes, Shape
@@ -39,6 +40,7 @@ class Phase:
     p50_ms: float
     p99_ms: float
     cpu_ms_per_pod: dict[str, float]  # by component: where the machine's time went
+    profiles: list[Profile] = field(default_factory=list)  # our processes, sampled (bridged phase)
 
     def as_dict(self) -> Obj:
         return asdict(self)
@@ -94,20 +96,23 @@ async def _submit(rest: Rest, ns: str, n: int, rate: float, bridged: bool, prefi
 
 
 async def _phase(planes: ControlPlanes, rest: Rest, ns: str, n: int, rate: float, bridged: bool,
-                 prefix: str) -> Phase:
+                 prefix: str, profiles: Path) -> Phase:
     watch = RunningWatch(rest, ns)
     task = asyncio.create_task(watch.informer.run())
+    ours = {k: v for k, v in planes.pids().items() if k.endswith("-vnode") or k == "kube-ferry-scheduler"}
+    sampler = Sampler(ours if bridged else {}, profiles)  # py-spy's collapsed stacks stay with the report
     try:
         await watch.informer.synced.wait()
         cpu0 = _cpu(planes)
-        sent = await _submit(rest, ns, n, rate, bridged, prefix)
-        await until(lambda: all(k in watch.running for k in sent), 900, f"{n} pods Running")
+        with sampler:
+            sent = await _submit(rest, ns, n, rate, bridged, prefix)
+            await until(lambda: all(k in watch.running for k in sent), 900, f"{n} pods Running")
         cpu1 = _cpu(planes)
         lat = [watch.running[k] - sent[k] for k in sent]
         span = max(watch.running[k] for k in sent) - min(sent.values())
         cpu = {name: round((cpu1[name] - cpu0[name]) * 1000 / n, 1) for name in cpu1 if name in cpu0}
         return Phase("bridge" if bridged else "direct", rate, n, n / span, statistics.median(lat) * 1000,
-                     percentile(lat, 0.99) * 1000, cpu)
+                     percentile(lat, 0.99) * 1000, cpu, sampler.profiles)
     finally:
         task.cancel()
 
@@ -121,7 +126,7 @@ async def _clean(rest: Rest, ns: str) -> None:
     await until(empty, 600, f"{ns} emptied")
 
 
-async def measure(workdir: Path, pods: int, say: Say) -> list[Phase]:
+async def measure(workdir: Path, pods: int, say: Say, profiles: Path | None = None) -> list[Phase]:
     nodes = max(100, pods // 8 + 25)  # room for every pod of a phase (one GPU each)
     planes = ControlPlanes(workdir, Shape(tenants=1, gpu_nodes=nodes, gpus_per_node=8), binaries.ensure())
     planes.prepare()
@@ -142,13 +147,14 @@ async def measure(workdir: Path, pods: int, say: Say) -> list[Phase]:
                 return await rest.get_or_none(path("", "v1", "serviceaccounts", "bench", "default")) is not None
 
             await until(has_sa, 60, "ServiceAccount default")
-        burst = await _phase(planes, compute, "bench", pods, 0, False, "burst-")
+        folder = profiles or workdir / "profiles"
+        burst = await _phase(planes, compute, "bench", pods, 0, False, "burst-", folder)
         say(f"  [bridge] direct burst: {burst.pods_per_s:.0f} pods/s sustained to Running")
         out.append(burst)
         await _clean(compute, "bench")
         rate = max(1.0, round(burst.pods_per_s * 0.9))
         for bridged, rest in ((False, compute), (True, tenant)):
-            ph = await _phase(planes, rest, "bench", pods, rate, bridged, "p-")
+            ph = await _phase(planes, rest, "bench", pods, rate, bridged, "p-", folder)
             say(f"  [bridge] {ph.path} at {rate:.0f} pods/s offered: {ph.pods_per_s:.0f} pods/s, create→Running "
                 f"p50 {ph.p50_ms:.0f} ms p99 {ph.p99_ms:.0f} ms")
             out.append(ph)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.bridge import Phase
+from bench.profile import table as profile_table
 from bench.throughput import Result
 
 Obj = dict[str, Any]
@@ -150,5 +151,9 @@ def write(out: Path, header: Obj, results: list[Result], phases: list[Phase]) ->
     missed = [t for t in goal if t.met is False]
     if missed:
         md += ["", "## Missed", "", *(f"- {t.what}: {t.ratio:.2f}× (goal {t.goal:g}×)" for t in missed if t.ratio)]
+        profiles = [p for ph in phases for p in ph.profiles]
+        if profiles:
+            md += ["", "Where Kube-Ferry's own processes spent the bridged phase (sampled without pausing them; "
+                   "the CPU table above shows what the rest of the machine spent):", *profile_table(profiles)]
     (out / "report.md").write_text("\n".join(md) + "\n")
     return "\n".join(headline)
