@@ -88,6 +88,10 @@ class ControlPlanes:
         self.clusters: dict[str, ClusterInfo] = {}
         self.components: dict[str, Component] = {}
         self._phases: list[list[str]] = []
+        # One allocator for every port of these clusters: a port it gave out is never given again, even
+        # after its probe socket is released and before the component binds it (two allocators could
+        # hand the same free port to two components that start later).
+        self._ports = PortAllocator(shape.base_port)
 
     # ---------------------------------------------------------------- layout
     @property
@@ -102,7 +106,7 @@ class ControlPlanes:
         self.shape.validate()
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "logs").mkdir(exist_ok=True)
-        ports = PortAllocator(self.shape.base_port)
+        ports = self._ports
         try:
             etcd_client, etcd_peer = ports.take("etcd client"), ports.take("etcd peer")
             etcd_url = f"http://127.0.0.1:{etcd_client}"
@@ -332,9 +336,8 @@ class ControlPlanes:
         """The Kube-Ferry scheduler service as a supervised component (started with the rest)."""
         import sys
 
-        ports = PortAllocator(None)
-        port = ports.take("scheduler metrics")
-        ports.release()
+        port = self._ports.take(f"{name} metrics")
+        self._ports.release()
         spec = ComponentSpec(
             name=name,
             argv=[sys.executable, "-m", "ferry", "scheduler", f"--kubeconfig={self.kubeconfig(COMPUTE)}",
@@ -349,9 +352,8 @@ class ControlPlanes:
         """The tenant's vnode as a supervised component, with its own credentials on both sides."""
         import sys
 
-        ports = PortAllocator(None)
-        kubelet, metrics = ports.take(f"{tenant} vnode kubelet API"), ports.take(f"{tenant} vnode metrics")
-        ports.release()
+        kubelet, metrics = self._ports.take(f"{tenant} vnode kubelet API"), self._ports.take(f"{tenant} vnode metrics")
+        self._ports.release()
         tp = self.clusters[tenant].pki
         spec = ComponentSpec(
             name=f"{tenant}-vnode",
