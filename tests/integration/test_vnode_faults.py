@@ -164,6 +164,16 @@ async def test_compute_outage_of_60_s_evicts_nothing_and_converges_on_return(
     print(f"\ncompute outage of 60 s: converged {time.monotonic() - t0:.1f} s after the apiserver was ready")
     evs = await core.list_namespaced_event("default", field_selector="involvedObject.name=ferry-tenant-1")
     assert {"ComputeClusterUnreachable", "ComputeClusterReachable"} <= {e.reason for e in evs.items}
+    # New work runs again once every client of the compute API is back (the scheduler's lease and watches,
+    # kwok's watches back off for up to tens of seconds): measured, and the next test starts on a
+    # recovered cluster.
+    await create_many(core, tenant_ns, ["after-outage"])
+
+    async def runs() -> bool:
+        return (await core.read_namespaced_pod("after-outage", tenant_ns)).status.phase == "Running"
+
+    await eventually(runs, timeout=120, interval=0.5, what="a pod created after the outage Running")
+    print(f"compute outage of 60 s: a new pod Running {time.monotonic() - t0:.1f} s after the apiserver was ready")
 
 
 async def _reachable(core: client.CoreV1Api, want: str) -> bool:
