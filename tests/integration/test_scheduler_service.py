@@ -489,14 +489,15 @@ async def test_a_gang_lands_in_one_topology_domain(ferry_scheduler: Component, c
 
 async def test_killing_the_only_replica_mid_gang_binding_leaves_no_partial_gang(
         ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str) -> None:
-    """SIGKILL the scheduler the moment the first member of a 32-pod gang is bound; after the restart the
-    gang is completed in its first cycles (the bound members are adopted, never bound twice)."""
+    """SIGKILL the scheduler the moment the first member of a 64-pod gang is bound; after the restart the
+    gang is completed in its first cycles (the bound members are adopted, never bound twice). (32 pods
+    were all bound before the kill landed once the scheduler got faster.)"""
     core = client.CoreV1Api(compute_api)
     custom = client.CustomObjectsApi(compute_api)
     await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
-    size = 32
-    nodes = sorted(n.metadata.name for n in (await core.list_node(label_selector="type=kwok,!ferry-test")).items)[:4]
-    for n in nodes:  # the gang's own 4 nodes × 8 GPUs (pods select label ferry-test=<namespace>)
+    size = 64
+    nodes = sorted(n.metadata.name for n in (await core.list_node(label_selector="type=kwok,!ferry-test")).items)[:8]
+    for n in nodes:  # the gang's own 8 nodes × 8 GPUs (pods select label ferry-test=<namespace>)
         await core.patch_node(n, {"metadata": {"labels": {"ferry-test": compute_ns}}})
     try:
         await _kill_mid_binding(ferry_scheduler, core, custom, compute_api, compute_ns, size)
@@ -513,7 +514,7 @@ async def _kill_mid_binding(ferry_scheduler: Component, core: client.CoreV1Api, 
     from ferry.kube.rest import Rest, path
 
     partial_seen: list[int] = []
-    for attempt in range(3):
+    for attempt in range(5):
         group = f"big-{attempt}"
         await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": group},
