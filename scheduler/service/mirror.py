@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 
 from ferry.keys import DEVICES_ANNOTATION
+from ferry.kube.informer import key_of
 from scheduler.core.lifecycle import NoHooks
 from scheduler.core.model import Job, JobPhase, ReplicaPhase
 from scheduler.core.scheduler import Scheduler, SchedulerConfig
@@ -37,14 +38,9 @@ Assumed = Mapping[str, tuple[str, tuple[int, ...], float]]  # pod -> (node, devi
 Store = Callable[[], Mapping[str, Obj]]  # an informer's store (a relist replaces the dict: always ask)
 
 
-def _key(obj: Obj) -> str:
-    meta = obj["metadata"]
-    return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else str(meta["name"])
-
-
 def with_assumed(pod: Obj, assumed: Assumed) -> Obj:
     """The pod as the scheduler sees it: bound where this replica bound it until the cache shows that."""
-    hit = assumed.get(_key(pod))
+    hit = assumed.get(key_of(pod))
     if hit is None or pod.get("spec", {}).get("nodeName"):
         return pod
     node, devices, _ = hit
