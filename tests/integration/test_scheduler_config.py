@@ -21,6 +21,13 @@ from tests.helpers import eventually, swapped
 from tests.integration.test_scheduler_service import GROUP, VERSION, _make_group, _make_queue, _running, _sa, pod
 
 
+def _swap(path: Path, text: str) -> None:
+    """Change the file in one step, as the kubelet updates a ConfigMap volume (never seen half-written)."""
+    staged = path.with_suffix(".staged")
+    staged.write_text(text)
+    staged.replace(path)
+
+
 def _log_lines(comp: Component, event: str) -> list[dict[str, Any]]:
     out = []
     for line in comp.spec.log.read_text().splitlines():
@@ -65,7 +72,7 @@ async def test_a_changed_file_applies_and_a_bad_one_is_refused_with_an_event(
         await core.create_namespaced_pod(compute_ns, pod("before", compute_ns))
         await eventually(lambda: bound("before"), timeout=30, what="a pod bound under the file's configuration")
 
-        conf.write_text("minRuntimeSeconds: -5\nvictimCooldown: 3\n")
+        _swap(conf, "minRuntimeSeconds: -5\nvictimCooldown: 3\n")
 
         async def refused() -> Any:
             events = (await core.list_namespaced_event(
@@ -80,10 +87,11 @@ async def test_a_changed_file_applies_and_a_bad_one_is_refused_with_an_event(
         await core.create_namespaced_pod(compute_ns, pod("during", compute_ns))
         await eventually(lambda: bound("during"), timeout=30, what="scheduling goes on with the previous settings")
 
-        conf.write_text("minRuntimeSeconds: 0\nvictimCooldownSeconds: 5\nperiodSeconds: 0.3\n")
+        _swap(conf, "minRuntimeSeconds: 0\nvictimCooldownSeconds: 5\nperiodSeconds: 0.3\n")
         applied = await eventually(lambda: _log_lines(scheduler, "configuration applied"), timeout=30,
                                    what="the changed file applied")
         assert applied[-1]["victim_cooldown_s"] == 5 and applied[-1]["period_s"] == 0.3
+        assert len(applied) == 1, "one change, one application"
         assert scheduler.alive()
 
 
