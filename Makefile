@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 DEMO_DIR ?= .demo
 
 .PHONY: all venv binaries test test-unit test-integration lint typecheck demo demo-down down e2e e2e-kind \
-        bench bench-core bench-openb bench-philly bench-scheduler bench-bridge image clean
+        bench bench-core bench-openb bench-philly bench-scheduler bench-bridge bench-replay image clean
 
 all: test
 
@@ -74,6 +74,10 @@ bench-scheduler: binaries
 
 bench-bridge: binaries
 	$(BIN)/python -m vnode.bench
+
+## The trace replay of `make bench` alone: Philly jobs through Kube-Ferry and Volcano on real control planes.
+bench-replay: binaries
+	$(BIN)/python -m bench --only replay
 
 ## The container image (OCI layout in build/image/oci), built without a container engine and checked.
 image: $(STAMP)

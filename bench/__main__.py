@@ -16,8 +16,9 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from bench import bridge, report
+from bench import bridge, replay, report
 from bench.contenders import Contender, KubeFerry, KubeScheduler, Volcano
 from bench.throughput import Result, measure
 from ferry import binaries
@@ -29,7 +30,7 @@ def say(line: str) -> None:
 
 
 def contenders(only: list[str] | None) -> list[Contender]:
-    chosen = set(only or ["kube-ferry", "volcano", "kube-scheduler"])
+    chosen = set(only if only is not None else ["kube-ferry", "volcano", "kube-scheduler"])
     out: list[Contender] = []
     if "kube-ferry" in chosen:
         out.append(KubeFerry())
@@ -46,32 +47,59 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--pods", type=int, default=5000)
     parser.add_argument("--gangs", type=int, default=500)
-    parser.add_argument("--only", action="append", choices=("kube-ferry", "volcano", "kube-scheduler", "bridge"),
-                        help="run only these parts (repeatable; default: all)")
+    parser.add_argument("--only", action="append",
+                        choices=("kube-ferry", "volcano", "kube-scheduler", "bridge", "replay"),
+                        help="run only these parts (repeatable; default: all). 'replay' alone replays the trace "
+                             "through Kube-Ferry and Volcano without the throughput runs")
+    parser.add_argument("--replay-jobs", type=int, default=2000, help="trace replay: consecutive Philly jobs (0: skip)")
+    parser.add_argument("--replay-start", type=replay.start_date, default=replay.start_date("2017-10-16"),
+                        help="trace replay: the first job's day (UTC)")
+    parser.add_argument("--replay-factor", type=float, default=240.0,
+                        help="trace replay: arrival gaps and run times divided by this")
+    parser.add_argument("--replay-nodes", type=int, default=40,
+                        help="trace replay: kwok nodes × 8 GPUs (the default window never queues on 96)")
     parser.add_argument("--bridge-pods", type=int, default=1000, help="pods per bridge-overhead phase (0: skip)")
     parser.add_argument("--out", type=Path, default=Path("results"))
     args = parser.parse_args()
     started = datetime.now(UTC)
     binaries.ensure(say)
-    chosen = contenders(args.only)
+    names = ("kube-ferry", "volcano", "kube-scheduler")
+    parts = set(args.only or (*names, "bridge", "replay"))
+    measured = contenders([n for n in names if n in parts])
+    replayed = contenders(["kube-ferry", "volcano"]) if "replay" in parts and args.replay_jobs else []
     results: list[Result] = []
     t0 = time.monotonic()
     out = args.out / f"bench-{started:%Y%m%dT%H%M%SZ}"
     header = {"started": started.isoformat(timespec="seconds"), "nodes": args.nodes, "pods": args.pods,
-              "gangs": args.gangs,
+              "gangs": args.gangs, "replay_start": f"{args.replay_start:%Y-%m-%d}",
               "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-              "contenders": [{"name": c.name, "version": c.version, "settings": c.settings} for c in chosen]}
+              "contenders": [{"name": c.name, "version": c.version, "settings": c.settings}
+                             for c in {c.name: c for c in measured + replayed}.values()]}
     phases: list[bridge.Phase] = []
-    for i, c in enumerate(chosen, 1):
-        say(f"[{i}/{len(chosen)}] {c.name} {c.version} ({time.monotonic() - t0:.0f} s so far)")
+    for i, c in enumerate(measured, 1):
+        say(f"[{i}/{len(measured)}] {c.name} {c.version} ({time.monotonic() - t0:.0f} s so far)")
         with tempfile.TemporaryDirectory(prefix=f"ferry-bench-{c.name}-") as tmp:
             results += asyncio.run(measure(c, Path(tmp), args.nodes, args.pods, args.gangs, say))
         report.write(out, header, results, phases)  # what is measured so far survives a later failure
-    if args.bridge_pods and (not args.only or "bridge" in args.only):
+    if args.bridge_pods and "bridge" in parts:
         say(f"[bridge] through a tenant cluster and its vnode vs directly ({time.monotonic() - t0:.0f} s so far)")
         with tempfile.TemporaryDirectory(prefix="ferry-bench-bridge-") as tmp:
             phases = asyncio.run(bridge.measure(Path(tmp), args.bridge_pods, say, profiles=out / "profiles"))
-    headline = report.write(out, header, results, phases)
+    replays: list[replay.ReplayResult] = []
+    simulated: dict[str, Any] = {}
+    if replayed:  # kube-scheduler has no queues or gangs to replay a multi-tenant trace with
+        trace, vc_nodes = replay.trace_window(args.replay_start, args.replay_jobs)
+        for c in replayed:
+            if c.name == "volcano":  # the 0.2 s cycle Kube-Ferry runs: the 1 s default would stretch compressed waits
+                c = c.with_args("--schedule-period=200ms")
+            say(f"[replay] {c.name}: {len(trace)} Philly jobs ({time.monotonic() - t0:.0f} s so far)")
+            with tempfile.TemporaryDirectory(prefix=f"ferry-bench-replay-{c.name}-") as tmp:
+                replays.append(asyncio.run(replay.replay(c, Path(tmp), trace, vc_nodes, args.replay_factor,
+                                                         args.replay_nodes, say)))
+            say(f"  [{c.name}] {replays[-1].metrics}")
+            report.write(out, header, results, phases, replays)
+        simulated = replay.simulated(trace, vc_nodes, args.replay_nodes)
+    headline = report.write(out, header, results, phases, replays, simulated)
     print(headline)
     say(f"report: {out / 'report.md'} ({time.monotonic() - t0:.0f} s)")
     return 0

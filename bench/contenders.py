@@ -10,6 +10,7 @@ client-side limiter.
 from __future__ import annotations
 
 import asyncio
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,10 @@ def _free_port(what: str) -> int:
     return port
 
 
+def _meta(name: str, labels: dict[str, str], annotations: dict[str, str] | None) -> Obj:
+    return {"name": name, "labels": labels, "annotations": dict(annotations or {})}
+
+
 def _gpu_container(gpus: int = 1) -> Obj:
     return {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
 
@@ -55,6 +60,14 @@ class Contender:
     version: str
     settings: str
     gangs: bool = True
+    args: tuple[str, ...] = ()  # more command-line flags (later flags win)
+
+    def with_args(self, *args: str) -> Contender:
+        """The same scheduler started with more flags; the settings text says which."""
+        clone = copy.copy(self)
+        clone.args = (*self.args, *args)
+        clone.settings = f"{self.settings}; {' '.join(args)}"
+        return clone
 
     def spec(self, planes: ControlPlanes) -> ComponentSpec:
         raise NotImplementedError
@@ -65,12 +78,17 @@ class Contender:
     async def ready(self, rest: Rest) -> None:
         """What must be true after it started, before pods come."""
 
-    def pod(self, name: str, group: str | None) -> Obj:
+    def pod(self, name: str, group: str | None, gpus: int = 1, annotations: dict[str, str] | None = None) -> Obj:
         raise NotImplementedError
 
-    def group(self, name: str, members: int) -> tuple[str, Obj] | None:
+    def group(self, name: str, members: int, queue: str | None = None) -> tuple[str, Obj] | None:
         """(collection URL path pieces, body) of the PodGroup a pod of ``name`` needs, if any."""
         return None
+
+    def queue(self, name: str, namespace: str, guaranteed_gpus: int, weight: int, grace_s: int,
+              preemptor_delay_s: int) -> tuple[str, Obj]:
+        """(collection URL path pieces, body) of a tenant's queue, as its users declare one."""
+        raise NotImplementedError(f"{self.name} has no queues")
 
     def start(self, planes: ControlPlanes) -> Component:
         comp = planes.add_component(self.spec(planes))
@@ -92,23 +110,32 @@ class KubeFerry(Contender):
         return ComponentSpec(name="bench-kube-ferry",
                              argv=[sys.executable, "-m", "ferry", "scheduler",
                                    f"--kubeconfig={planes.kubeconfig(COMPUTE)}", f"--metrics-port={port}",
-                                   "--period=0.2"],
+                                   "--period=0.2", *self.args],
                              log=planes.dir / "logs" / "bench-kube-ferry.log",
                              probe=http_probe("127.0.0.1", port, "/readyz"), ports=(port,))
 
     async def prepare(self, planes: ControlPlanes, rest: Rest) -> None:
         await asyncio.to_thread(planes.install_crds)
 
-    def pod(self, name: str, group: str | None) -> Obj:
-        return {"metadata": {"name": name, "labels": {"kubeferry.io/pod-group": group} if group else {}},
-                "spec": {"schedulerName": "kube-ferry", "restartPolicy": "Never", "containers": [_gpu_container()]}}
+    def pod(self, name: str, group: str | None, gpus: int = 1, annotations: dict[str, str] | None = None) -> Obj:
+        return {"metadata": _meta(name, {"kubeferry.io/pod-group": group} if group else {}, annotations),
+                "spec": {"schedulerName": "kube-ferry", "restartPolicy": "Never",
+                         "containers": [_gpu_container(gpus)]}}
 
-    def group(self, name: str, members: int) -> tuple[str, Obj] | None:
+    def group(self, name: str, members: int, queue: str | None = None) -> tuple[str, Obj] | None:
         if members == 1:
-            return None  # a single pod is a job of its own
+            return None  # a single pod is a job of its own (its namespace names its queue)
         return ("scheduling.kubeferry.io/v1alpha1/podgroups",
                 {"apiVersion": "scheduling.kubeferry.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": name},
-                 "spec": {"minMember": members}})
+                 "spec": {"minMember": members, **({"queue": queue} if queue else {})}})
+
+    def queue(self, name: str, namespace: str, guaranteed_gpus: int, weight: int, grace_s: int,
+              preemptor_delay_s: int) -> tuple[str, Obj]:
+        return ("scheduling.kubeferry.io/v1alpha1/queues",
+                {"apiVersion": "scheduling.kubeferry.io/v1alpha1", "kind": "Queue", "metadata": {"name": name},
+                 "spec": {"namespaces": [namespace], "guaranteed": {"gpu": str(guaranteed_gpus)}, "weight": weight,
+                          "preemption": {"reclaim": True, "victimGraceSeconds": grace_s,
+                                         "preemptorDelaySeconds": preemptor_delay_s}}})
 
 
 class KubeScheduler(Contender):
@@ -124,14 +151,14 @@ class KubeScheduler(Contender):
             argv=[str(planes.bin.path("kube-scheduler")), f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}",
                   f"--authorization-kubeconfig={kc}", "--leader-elect=false", "--bind-address=127.0.0.1",
                   f"--secure-port={port}", f"--cert-dir={planes.dir / 'bench-kube-scheduler'}",
-                  f"--kube-api-qps={QPS}", f"--kube-api-burst={BURST}"],
+                  f"--kube-api-qps={QPS}", f"--kube-api-burst={BURST}", *self.args],
             log=planes.dir / "logs" / "bench-kube-scheduler.log",
             probe=insecure_https_probe("127.0.0.1", port, "/healthz"), ports=(port,))
 
-    def pod(self, name: str, group: str | None) -> Obj:
-        return {"metadata": {"name": name},
+    def pod(self, name: str, group: str | None, gpus: int = 1, annotations: dict[str, str] | None = None) -> Obj:
+        return {"metadata": _meta(name, {}, annotations),
                 "spec": {"schedulerName": "default-scheduler", "restartPolicy": "Never",
-                         "containers": [_gpu_container()]}}
+                         "containers": [_gpu_container(gpus)]}}
 
 
 class Volcano(Contender):
@@ -156,7 +183,7 @@ class Volcano(Contender):
             argv=[str(self.scheduler), f"--kubeconfig={planes.kubeconfig(COMPUTE)}", f"--scheduler-conf={conf}",
                   "--leader-elect=false", "--enable-healthz", f"--healthz-address=127.0.0.1:{health}",
                   f"--listen-address=127.0.0.1:{metrics}", f"--kube-api-qps={QPS}", f"--kube-api-burst={BURST}",
-                  "--cache-dumper=false", "-v=1"],
+                  "--cache-dumper=false", "-v=1", *self.args],
             log=planes.dir / "logs" / "bench-volcano.log",
             probe=http_probe("127.0.0.1", health, "/healthz"), ports=(health, metrics))
 
@@ -179,11 +206,19 @@ class Volcano(Contender):
             await asyncio.sleep(0.1)
         raise RuntimeError("vc-scheduler did not create the default Queue")
 
-    def pod(self, name: str, group: str | None) -> Obj:
-        return {"metadata": {"name": name, "annotations": {"scheduling.k8s.io/group-name": group or name}},
-                "spec": {"schedulerName": "volcano", "restartPolicy": "Never", "containers": [_gpu_container()]}}
+    def pod(self, name: str, group: str | None, gpus: int = 1, annotations: dict[str, str] | None = None) -> Obj:
+        return {"metadata": _meta(name, {}, {**(annotations or {}), "scheduling.k8s.io/group-name": group or name}),
+                "spec": {"schedulerName": "volcano", "restartPolicy": "Never", "containers": [_gpu_container(gpus)]}}
 
-    def group(self, name: str, members: int) -> tuple[str, Obj] | None:
+    def group(self, name: str, members: int, queue: str | None = None) -> tuple[str, Obj] | None:
         return ("scheduling.volcano.sh/v1beta1/podgroups",
                 {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": {"name": name},
-                 "spec": {"minMember": members, "queue": "default"}})
+                 "spec": {"minMember": members, "queue": queue or "default"}})
+
+    def queue(self, name: str, namespace: str, guaranteed_gpus: int, weight: int, grace_s: int,
+              preemptor_delay_s: int) -> tuple[str, Obj]:
+        """Volcano's proportion plugin shares by weight; its default actions never preempt, so guarantees
+        and grace have no counterpart (a ``guarantee`` would fence capacity off even while it idles)."""
+        return ("scheduling.volcano.sh/v1beta1/queues",
+                {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": name},
+                 "spec": {"weight": weight, "reclaimable": True}})

@@ -10,6 +10,7 @@ from typing import Any
 
 from bench.bridge import Phase
 from bench.profile import table as profile_table
+from bench.replay import ReplayResult
 from bench.throughput import Result
 
 Obj = dict[str, Any]
@@ -85,6 +86,56 @@ def targets(results: list[Result]) -> list[Target]:
     return out
 
 
+def replay_targets(replays: list[ReplayResult]) -> list[Target]:
+    f = next((r.metrics for r in replays if r.contender == FERRY), None)
+    v = next((r.metrics for r in replays if r.contender == VOLCANO), None)
+    if f is None or v is None:
+        return []
+
+    def ratio(key: str) -> float | None:
+        return None if f[key] is None or not v[key] else f[key] / v[key]
+
+    return [Target("trace replay: Kube-Ferry / Volcano avg wait", ratio("avg_wait_s"), 0.7, higher_is_better=False),
+            Target("trace replay: Kube-Ferry / Volcano GPU utilisation", ratio("gpu_utilization"), 1.0),
+            Target("trace replay: Kube-Ferry / Volcano Jain fairness", ratio("jain_fairness"), 1.0)]
+
+
+REPLAY_COLUMNS = (("avg_wait_s", "avg wait (s)", 0), ("p50_wait_s", "p50 (s)", 0), ("p99_wait_s", "p99 (s)", 0),
+                  ("gpu_utilization", "GPU util. while jobs wait (%)", 1), ("jain_fairness", "Jain", 3),
+                  ("preemptions", "preemptions", 0), ("still_waiting", "jobs waiting at the horizon", 0))
+
+
+def replay_table(replays: list[ReplayResult], simulated: Obj) -> list[str]:
+    lines = ["| run | " + " | ".join(label for _, label, _ in REPLAY_COLUMNS) + " |",
+             "|---|" + "---:|" * len(REPLAY_COLUMNS)]
+    rows = [(f"{r.contender}, real control plane", r.metrics) for r in replays]
+    rows += [(f"`ferry simulate philly --policy {p}`", m) for p, m in simulated.items()]
+    for label, m in rows:
+        lines.append(f"| {label} | " + " | ".join(_fmt(m.get(k), d) for k, _, d in REPLAY_COLUMNS) + " |")
+    return lines
+
+
+def plot_replay(replays: list[ReplayResult], out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for r in replays:
+        ax.plot([t / 3600 for t, _, _ in r.timeline], [g for _, g, _ in r.timeline], label=r.contender, lw=1)
+    if replays:
+        ax.axhline(replays[0].nodes * 8, color="grey", lw=0.8, ls="--", label="capacity")
+    ax.set_xlabel("trace hours")
+    ax.set_ylabel("GPUs allocated")
+    ax.legend()
+    fig.tight_layout()
+    path = out / "replay-allocation.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def _fmt(v: float | None, digits: int = 0) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
@@ -125,13 +176,18 @@ def plot(results: list[Result], out: Path) -> list[Path]:
     return made
 
 
-def write(out: Path, header: Obj, results: list[Result], phases: list[Phase]) -> str:
+def write(out: Path, header: Obj, results: list[Result], phases: list[Phase],
+          replays: list[ReplayResult] | None = None, simulated: Obj | None = None) -> str:
     """Write report.md, results.json and the plots into ``out``; return the headline table."""
+    replays, simulated = replays or [], simulated or {}
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps({**header, "results": [r.as_dict() for r in results],
-                                                   "bridge": [p.as_dict() for p in phases]}, indent=2))
-    pngs = plot(results, out)
-    goal = targets(results) + bridge_targets(phases)
+    (out / "results.json").write_text(json.dumps({
+        **header, "results": [r.as_dict() for r in results], "bridge": [p.as_dict() for p in phases],
+        "replay": [{"contender": r.contender, "jobs": r.jobs, "factor": r.factor, "nodes": r.nodes,
+                    "seconds": round(r.seconds, 1), **r.metrics} for r in replays],
+        "replay_simulated": simulated}, indent=2))
+    pngs = plot(results, out) if results else []
+    goal = targets(results) + bridge_targets(phases) + replay_targets(replays)
     headline = ["| target | measured | goal | verdict |", "|---|---:|---:|---|", *(t.row() for t in goal)]
     md = [f"# Kube-Ferry beside its peers — {header['started']}", "",
           f"Machine: {header['machine']}. One run, contenders one after another on identical inputs, each on "
@@ -148,6 +204,18 @@ def write(out: Path, header: Obj, results: list[Result], phases: list[Phase]) ->
                "The direct burst measures the rate the machine sustains for pods created straight in the compute "
                "cluster; both paths are then offered 90 % of it. Latency: the create call to the pod seen Running "
                "by whoever created it (for the bridge, the tenant pod)."]
+    if replays:
+        r0 = replays[0]
+        md += ["", "## Trace replay on real control planes", "", *replay_table(replays, simulated), "",
+               f"{r0.jobs} consecutive Philly jobs from {header.get('replay_start', '?')} on, arrival gaps and run "
+               f"times divided by {r0.factor:g}, on {r0.nodes} kwok nodes × 8 GPUs; figures in trace seconds. "
+               "Tenants are the virtual clusters with queues proportional to their node counts (Kube-Ferry: "
+               "guarantee and weight; Volcano: weight). Scheduler time constants are divided by the same factor. "
+               "A run ends when no job waits, or at its horizon (1.5 arrival spans + 5 min), where jobs still "
+               "waiting count with the wait they have had. The simulator rows are the same jobs through the same "
+               "policy objects without an API server: the difference is what the real control plane adds (cycle "
+               "period, API latency, kwok's timing).", "",
+               f"![replay]({plot_replay(replays, out).name})"]
     missed = [t for t in goal if t.met is False]
     if missed:
         md += ["", "## Missed", "", *(f"- {t.what}: {t.ratio:.2f}× (goal {t.goal:g}×)" for t in missed if t.ratio)]

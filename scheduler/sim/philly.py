@@ -275,7 +275,7 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
         "node_imbalance_pct": round(imbalance_s / last_t, 1) if last_t else 0.0,
         "preemptions": preemptions,
         "wasted_gpu_s": round(wasted, 1),
-        "big_jobs_p99_wait_s": round(_pct(big_waits, 99), 1) if big_waits else None,
+        "big_jobs_p99_wait_s": round(percentile(big_waits, 99), 1) if big_waits else None,
         "tenants": {
             t: {**summary(s.waits, s.jcts), "jobs": len(s.waits),
                 "received_over_entitled": round(s.received_gpu_s / s.entitled_gpu_s, 4) if s.entitled_gpu_s else None,
@@ -286,7 +286,7 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
     return PhillyResult(policy, metrics, timeline, {t: s.waits for t, s in stats.items()})
 
 
-def _pct(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: float) -> float:
     if not values:
         return 0.0
     ordered = sorted(values)
@@ -300,8 +300,8 @@ def summary(waits: list[float], jcts: list[float]) -> dict[str, float | None]:
         return {"avg_wait_s": None, "p50_wait_s": None, "p99_wait_s": None, "max_wait_s": None, "avg_jct_s": None}
     return {
         "avg_wait_s": round(statistics.fmean(waits), 1),
-        "p50_wait_s": round(_pct(waits, 50), 1),
-        "p99_wait_s": round(_pct(waits, 99), 1),
+        "p50_wait_s": round(percentile(waits, 50), 1),
+        "p99_wait_s": round(percentile(waits, 99), 1),
         "max_wait_s": round(max(waits), 1),
         "avg_jct_s": round(statistics.fmean(jcts), 1),
     }
