@@ -90,8 +90,6 @@ def main() -> int:
     if replayed:  # kube-scheduler has no queues or gangs to replay a multi-tenant trace with
         trace, vc_nodes = replay.trace_window(args.replay_start, args.replay_jobs)
         for c in replayed:
-            if c.name == "volcano":  # the 0.2 s cycle Kube-Ferry runs: the 1 s default would stretch compressed waits
-                c = c.with_args("--schedule-period=200ms")
             say(f"[replay] {c.name}: {len(trace)} Philly jobs ({time.monotonic() - t0:.0f} s so far)")
             with tempfile.TemporaryDirectory(prefix=f"ferry-bench-replay-{c.name}-") as tmp:
                 replays.append(asyncio.run(replay.replay(c, Path(tmp), trace, vc_nodes, args.replay_factor,

@@ -90,6 +90,13 @@ class Contender:
         """(collection URL path pieces, body) of a tenant's queue, as its users declare one."""
         raise NotImplementedError(f"{self.name} has no queues")
 
+    async def open_queue(self, rest: Rest, url: str) -> None:
+        """What makes a new queue (at ``url``) usable, where something else would do it in a real install."""
+
+    def compressed(self, workdir: Path, factor: float) -> Contender:
+        """The same scheduler for a workload whose times are divided by ``factor`` (a trace replay)."""
+        return self
+
     def start(self, planes: ControlPlanes) -> Component:
         comp = planes.add_component(self.spec(planes))
         comp.start()
@@ -128,6 +135,20 @@ class KubeFerry(Contender):
         return ("scheduling.kubeferry.io/v1alpha1/podgroups",
                 {"apiVersion": "scheduling.kubeferry.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": name},
                  "spec": {"minMember": members, **({"queue": queue} if queue else {})}})
+
+    def compressed(self, workdir: Path, factor: float) -> Contender:
+        """Its time constants (the ferry preset's, for real time) divided by ``factor``, in its configuration
+        file."""
+        from scheduler.core.scheduler import SchedulerConfig
+
+        cfg = SchedulerConfig()
+        values = {"minRuntimeSeconds": cfg.min_runtime_s, "victimCooldownSeconds": cfg.victim_cooldown_s,
+                  "preemptionRetrySeconds": cfg.preemption_retry_s,
+                  "reservationAfterSeconds": cfg.reservation_after_s,
+                  "starvationPreemptAfterSeconds": cfg.starvation_preempt_after_s}
+        path = workdir / "compressed-config.yaml"
+        path.write_text("".join(f"{k}: {v / factor:.3f}\n" for k, v in values.items() if v is not None))
+        return self.with_args(f"--config={path}")
 
     def queue(self, name: str, namespace: str, guaranteed_gpus: int, weight: int, grace_s: int,
               preemptor_delay_s: int) -> tuple[str, Obj]:
@@ -222,3 +243,10 @@ class Volcano(Contender):
         return ("scheduling.volcano.sh/v1beta1/queues",
                 {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": name},
                  "spec": {"weight": weight, "reclaimable": True}})
+
+    async def open_queue(self, rest: Rest, url: str) -> None:
+        await rest.patch(f"{url}/status", {"status": {"state": "Open"}})  # Volcano's queue controller would
+
+    def compressed(self, workdir: Path, factor: float) -> Contender:
+        """The 0.2 s cycle Kube-Ferry runs: the 1 s default would stretch compressed waits."""
+        return self.with_args("--schedule-period=200ms")

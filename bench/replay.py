@@ -251,8 +251,7 @@ class Replay:
             url, body = self.c.queue(ns, ns, q.guaranteed_gpu // 1000, weight, grace, delay)
             group, version, plural = url.split("/")
             await self.rest.create(f"/apis/{group}/{version}/{plural}", body)
-            if self.c.name == "volcano":  # vc-scheduler only schedules into Open queues (its controller opens them)
-                await self.rest.patch(f"/apis/{group}/{version}/{plural}/{ns}/status", {"status": {"state": "Open"}})
+            await self.c.open_queue(self.rest, f"/apis/{group}/{version}/{plural}/{ns}")
 
         async def accounts() -> bool:
             sas = await self.core.list_service_account_for_all_namespaces(field_selector="metadata.name=default")
@@ -331,19 +330,6 @@ class Replay:
                             ledger.metrics(self.now()), ledger.timeline)
 
 
-def scaled_config(path: Path, factor: float) -> Path:
-    """Kube-Ferry's time constants (the ferry preset's, in trace seconds) divided by the factor."""
-    from scheduler.core.scheduler import SchedulerConfig
-
-    cfg = SchedulerConfig()
-    values = {"minRuntimeSeconds": cfg.min_runtime_s, "victimCooldownSeconds": cfg.victim_cooldown_s,
-              "preemptionRetrySeconds": cfg.preemption_retry_s,
-              "reservationAfterSeconds": cfg.reservation_after_s,
-              "starvationPreemptAfterSeconds": cfg.starvation_preempt_after_s}
-    path.write_text("".join(f"{k}: {v / factor:.3f}\n" for k, v in values.items() if v is not None))
-    return path
-
-
 async def replay(contender: Contender, workdir: Path, trace: list[philly.TraceJob], vc_nodes: dict[str, int],
                  factor: float, nodes: int, say: Say) -> ReplayResult:
     """The jobs through one contender on control planes of its own (stopped at the end)."""
@@ -356,8 +342,7 @@ async def replay(contender: Contender, workdir: Path, trace: list[philly.TraceJo
     try:
         rest = Rest(api)
         await contender.prepare(planes, rest)
-        if contender.name == "kube-ferry":
-            contender = contender.with_args(f"--config={scaled_config(planes.dir / 'replay-config.yaml', factor)}")
+        contender = contender.compressed(planes.dir, factor)
         component = await asyncio.to_thread(contender.start, planes)
         await contender.ready(rest)
         run = Replay(contender, jobs, cluster.queues, factor, nodes, api, say)

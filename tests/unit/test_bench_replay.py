@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from bench.replay import Ledger, ReplayJob, compress, scaled_config, trace_window
+from bench.contenders import KubeFerry
+from bench.replay import Ledger, ReplayJob, compress, trace_window
 from scheduler.core.model import Queue
 from scheduler.core.scheduler import SchedulerConfig
 from scheduler.service.settings import Settings, parse
@@ -93,8 +94,10 @@ def test_utilisation_and_fairness_follow_the_simulators_definitions() -> None:
     assert book.timeline == [(20.0, 8, 1)]
 
 
-def test_the_scaled_configuration_is_one_the_scheduler_accepts(tmp_path: Path) -> None:
-    path = scaled_config(tmp_path / "c.yaml", 60.0)
+def test_the_compressed_configuration_is_one_the_scheduler_accepts(tmp_path: Path) -> None:
+    ferry = KubeFerry().compressed(tmp_path, 60.0)
+    (flag,) = ferry.args
+    path = Path(flag.removeprefix("--config="))
     base = Settings(SchedulerConfig(), 0.5)
     got = parse(path.read_text(), base, str(path)).core
     ref = SchedulerConfig()
