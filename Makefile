@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO_DIR ?= .demo
 
-.PHONY: all venv binaries test test-unit test-integration lint typecheck demo demo-down down e2e e2e-kind \
+.PHONY: all venv binaries test test-unit test-integration test-faults lint typecheck demo demo-down down e2e e2e-kind \
         bench bench-core bench-openb bench-philly bench-scheduler bench-bridge bench-replay image clean
 
 all: test
@@ -33,6 +33,11 @@ test-unit: $(STAMP)
 
 test-integration: binaries
 	$(BIN)/pytest -q -ra -m integration
+
+## The fault tests alone (also part of `make test`): kill -9 of a vnode mid-burst, a 60 s compute outage,
+## a leader dying, the scheduler killed mid-gang, bounded shutdowns under load.
+test-faults: binaries
+	$(BIN)/pytest -q -ra -m faults
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

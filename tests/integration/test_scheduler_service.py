@@ -200,6 +200,7 @@ async def test_guaranteed_gang_preempts_elastic_job_after_its_grace(
         await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
 
 
+@pytest.mark.faults
 async def test_standby_takes_over_when_the_leader_dies(
     planes: ControlPlanes, ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str,
     private_node: str
@@ -487,6 +488,7 @@ async def test_a_gang_lands_in_one_topology_domain(ferry_scheduler: Component, c
     assert len({n.metadata.labels["kubeferry.io/topology-domain"] for n in nodes}) == 1
 
 
+@pytest.mark.faults
 async def test_killing_the_only_replica_mid_gang_binding_leaves_no_partial_gang(
         ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str) -> None:
     """SIGKILL the scheduler the moment the first member of a 64-pod gang is bound; after the restart the

@@ -7,6 +7,7 @@ import asyncio
 import time
 from typing import Any
 
+import pytest
 from kubernetes_asyncio import client
 
 from ferry.cluster.planes import ControlPlanes
@@ -34,6 +35,7 @@ def cpu_pod(name: str, group: str | None = None) -> dict[str, Any]:
                      "containers": [{"name": "c", "image": "app", "resources": {"requests": {"cpu": "1m"}}}]}}
 
 
+@pytest.mark.faults
 async def test_scheduler_stops_within_bound_under_load_and_standby_takes_over(
         planes: ControlPlanes, ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str) -> None:
     rest = Rest(compute_api)
@@ -103,6 +105,7 @@ async def _other_holder(holder: Any, leader: str) -> str | None:
     return h if h not in (leader, "None", "") else None
 
 
+@pytest.mark.faults
 async def test_vnode_stops_within_bound_during_a_burst_and_converges(
         planes: ControlPlanes, vnodes: dict[str, Component], tenant_api: client.ApiClient,
         compute_api: client.ApiClient, tenant_ns: str) -> None:

@@ -62,6 +62,7 @@ async def bridge_state(tenant: client.ApiClient, compute: client.ApiClient, ns: 
     }
 
 
+@pytest.mark.faults
 async def test_kill_9_during_a_burst_then_restart_converges_without_duplicates_orphans_or_losses(
         planes: ControlPlanes, vnodes: dict[str, Component], tenant_api: client.ApiClient,
         compute_api: client.ApiClient, tenant_ns: str) -> None:
@@ -120,6 +121,7 @@ async def test_kill_9_during_a_burst_then_restart_converges_without_duplicates_o
     await core.delete_collection_namespaced_pod(tenant_ns, grace_period_seconds=0)
 
 
+@pytest.mark.faults
 async def test_compute_outage_of_60_s_evicts_nothing_and_converges_on_return(
         planes: ControlPlanes, vnodes: dict[str, Component], tenant_api: client.ApiClient,
         compute_api: client.ApiClient, tenant_ns: str) -> None:
@@ -187,6 +189,7 @@ async def _reachable(core: client.CoreV1Api, want: str) -> bool:
 pytestmark = pytest.mark.usefixtures("vnodes")
 
 
+@pytest.mark.faults
 async def test_a_compute_pod_deleted_while_the_vnode_is_down_is_not_recreated(
         planes: ControlPlanes, vnodes: dict[str, Component], tenant_api: client.ApiClient,
         compute_api: client.ApiClient, tenant_ns: str) -> None:
@@ -223,6 +226,7 @@ async def test_a_compute_pod_deleted_while_the_vnode_is_down_is_not_recreated(
     assert again == [], "never re-created"
 
 
+@pytest.mark.faults
 async def test_a_copy_deleted_between_its_create_and_the_mark_fails_the_pod_across_a_restart(
         planes: ControlPlanes, vnodes: dict[str, Component], tenant_api: client.ApiClient,
         compute_api: client.ApiClient, tenant_ns: str) -> None:
