@@ -198,7 +198,8 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
     spec["schedulingGates"] = [{"name": FORWARDING_GATE}]
     spec["automountServiceAccountToken"] = False
     spec["enableServiceLinks"] = False
-    spec["hostname"] = (spec.get("hostname") or name)[:63].rstrip("-.")
+    # What a kubelet would give it: its own name, as a DNS label (spec.hostname allows no dots).
+    spec["hostname"] = spec.get("hostname") or name.split(".")[0][:63].rstrip("-") or "pod"
     if selector := spec.get("nodeSelector"):
         spec["nodeSelector"] = {k: v for k, v in selector.items() if not NODE_SELECTOR_DROPPED.match(k)}
     if (aff := spec.get("affinity")) is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import re
 from typing import Any
 
 import pytest
@@ -23,6 +24,19 @@ def tenant_pod(**spec: Any) -> dict[str, Any]:
             "spec": {"nodeName": "ferry-tenant-1", "schedulerName": "volcano", "priority": 1000000,
                      "priorityClassName": "top", "serviceAccountName": "trainer",
                      "containers": [{"name": "main", "image": "i"}], **spec}}
+
+
+def test_the_hostname_is_the_pods_name_as_a_dns_label() -> None:
+    """spec.hostname must be a DNS label (no dots, 63 characters), a pod name is a subdomain of up to 253:
+    found by the fuzz test, where the compute API refused such a copy and the vnode retried forever."""
+    label = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+    for name in ("w-0", "worker.ml.example", "a" * 70 + "-b", "x" * 62 + "-.y" + "z" * 180):
+        pod = tenant_pod()
+        pod["metadata"]["name"] = name
+        hostname = compute_pod(pod, B)["spec"]["hostname"]
+        assert label.match(hostname), (name, hostname)
+        assert name.startswith(hostname)
+    assert compute_pod(tenant_pod(hostname="chosen"), B)["spec"]["hostname"] == "chosen"
 
 
 def test_compute_names_are_deterministic_collision_free_and_short() -> None:
