@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 
-from ferry.kube.rest import Rest, path, status_of
+from ferry.kube.rest import Rest, message_of, path, status_of
 from ferry.kube.workqueue import WorkQueue
 from vnode import metrics, naming, status
 from vnode.caches import Caches
@@ -163,6 +163,12 @@ class PodReconciler:
             metrics.PODS_CREATED.inc()
             self.created += 1
         except Exception as exc:
+            if status_of(exc) == 422:  # the compute API finds the copy invalid: no retry can help
+                why = f"Kube-Ferry refused this pod: the compute cluster rejected its copy: {message_of(exc)}"
+                metrics.PODS_REFUSED.inc()
+                await self.events.emit(tp, "Warning", "Refused", why)
+                await self._fail(tp, "Refused", why)
+                return
             if status_of(exc) != 409:
                 raise
             created = await self.compute.get(f"{url}/{body['metadata']['name']}")  # ours from before a restart?

@@ -62,6 +62,16 @@ def status_of(exc: BaseException) -> int:
     return exc.status if isinstance(exc, ApiException) and exc.status else 0
 
 
+def message_of(exc: BaseException) -> str:
+    """The API server's own words for an error (its Status message), else the exception's text."""
+    body = getattr(exc, "body", None)
+    try:
+        message = orjson.loads(body).get("message") if body else None
+    except (ValueError, AttributeError):
+        message = None
+    return str(message or exc)[:1000]
+
+
 def path(group: str, version: str, plural: str, namespace: str | None = None, name: str | None = None,
          sub: str | None = None) -> str:
     """``/api/v1/...`` or ``/apis/<group>/<version>/...`` for a resource, collection or subresource."""

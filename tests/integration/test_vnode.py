@@ -203,6 +203,22 @@ async def test_host_path_pod_is_refused_and_nothing_reaches_compute(
     assert await compute_pod_of(compute_api, "tenant-1", uid) is None
 
 
+async def test_a_copy_the_compute_api_rejects_fails_the_pod_with_the_apis_reason(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """Annotations just under the tenant API's 256 KiB limit: the copy's own marks push it over in the
+    compute cluster. A rejection no retry can fix fails the pod with the API's words, once."""
+    core = client.CoreV1Api(tenant_api)
+    body = tenant_pod("heavy", automountServiceAccountToken=False)
+    body["metadata"]["annotations"]["notes"] = "x" * (256 * 1024 - 20)  # "notes" + this: 15 bytes to spare
+    uid = (await core.create_namespaced_pod(tenant_ns, body)).metadata.uid
+    failed = await eventually(lambda: _with_phase(core, tenant_ns, "heavy", "Failed"), what="rejected copy Failed")
+    assert failed.status.reason == "Refused"
+    assert "compute cluster rejected its copy" in failed.status.message and "Too long" in failed.status.message
+    events = await eventually(lambda: _events(core, tenant_ns, "heavy", "Refused"), what="Refused event")
+    assert len(events) == 1 and "Too long" in events[0].message
+    assert await compute_pod_of(compute_api, "tenant-1", uid) is None
+
+
 async def _events(core: client.CoreV1Api, ns: str, pod: str, reason: str) -> list[Any]:
     evs = await core.list_namespaced_event(ns, field_selector=f"involvedObject.name={pod}")
     return [e for e in evs.items if e.reason == reason]
