@@ -145,9 +145,7 @@ class PodReconciler:
     async def _create(self, key: str, tp: Obj) -> None:
         why = refusal(tp, self.pod_security)
         if why is not None:
-            metrics.PODS_REFUSED.inc()
-            await self.events.emit(tp, "Warning", "Refused", f"Kube-Ferry refused this pod: {why}")
-            await self._fail(tp, "Refused", f"Kube-Ferry refused this pod: {why}")
+            await self._refuse(tp, why)
             return
         try:
             await self.gangs.ensure(tp)
@@ -164,10 +162,7 @@ class PodReconciler:
             self.created += 1
         except Exception as exc:
             if status_of(exc) == 422:  # the compute API finds the copy invalid: no retry can help
-                why = f"Kube-Ferry refused this pod: the compute cluster rejected its copy: {message_of(exc)}"
-                metrics.PODS_REFUSED.inc()
-                await self.events.emit(tp, "Warning", "Refused", why)
-                await self._fail(tp, "Refused", why)
+                await self._refuse(tp, f"the compute cluster rejected its copy: {message_of(exc)}")
                 return
             if status_of(exc) != 409:
                 raise
@@ -247,6 +242,12 @@ class PodReconciler:
             await self._fail(tp, "ComputePodLost", "the pod's copy in the compute cluster was deleted")
         self.last_compute.pop(key, None)
         self.created_at.pop(key, None)
+
+    async def _refuse(self, tp: Obj, why: str) -> None:
+        """A pod that cannot run here, told where its user looks (an Event and its status)."""
+        metrics.PODS_REFUSED.inc()
+        await self.events.emit(tp, "Warning", "Refused", f"Kube-Ferry refused this pod: {why}")
+        await self._fail(tp, "Refused", f"Kube-Ferry refused this pod: {why}")
 
     async def _fail(self, tp: Obj, reason: str, message: str, disruption: bool = False) -> None:
         meta = tp["metadata"]
