@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,11 @@ class LeaderElector:
         self.coord = client.CoordinationV1Api(api)
         self.identity, self.name, self.namespace = identity, name, namespace
         self.lease_s, self.renew_every_s, self.retry_s = lease_s, renew_every_s, retry_s
+        # A leader that has not renewed for this long stops leading, whatever its pending call does: a
+        # standby takes an expired Lease after lease_s, and two leaders must never overlap (client-go's
+        # renew deadline). An apiserver whose etcd is gone holds requests for a minute, not an error.
+        self.renew_deadline_s = lease_s * 0.7
+        self._renewed_at = 0.0  # monotonic start of the last renewal that succeeded
         self.is_leader = asyncio.Event()
         self.known = asyncio.Event()  # leadership known (either way) at least once
         self._on_change = on_change
@@ -77,12 +83,25 @@ class LeaderElector:
             raise
         return True
 
+    def _budget(self, started: float) -> float:
+        """Seconds this attempt may take: a leader's end at its renew deadline."""
+        if self.is_leader.is_set():
+            return max(0.0, self._renewed_at + self.renew_deadline_s - started)
+        return self.renew_deadline_s
+
     async def run(self) -> None:
         while True:
+            started = time.monotonic()
             try:
-                self._set(await self._try())
+                won = await asyncio.wait_for(self._try(), timeout=self._budget(started))
+                if won:
+                    self._renewed_at = started
+                self._set(won)
             except asyncio.CancelledError:
                 raise
+            except TimeoutError:
+                log.warning("lease not renewed within the renew deadline", deadline_s=self.renew_deadline_s)
+                self._set(False)
             except Exception as exc:  # cannot reach the API: we cannot know we still lead
                 log.warning("lease renewal failed", error=str(exc)[:200])
                 self._set(False)
