@@ -24,3 +24,5 @@ IS_LEADER = Gauge("kube_ferry_leader", "1 while this replica holds the schedulin
 NODE_IMBALANCE = Gauge("kube_ferry_node_imbalance_percent",
                        "Coefficient of variation of GPU utilisation over the GPU nodes in use (README: node balance)",
                        registry=REGISTRY)
+EXPLANATIONS_DEFERRED = Counter("kube_ferry_explanations_deferred_total", "Pending reasons left for a later cycle "
+                                "(at most a bounded number are written per cycle)", registry=REGISTRY)

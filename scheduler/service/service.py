@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import math
+import re
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
@@ -36,10 +37,17 @@ from scheduler.service import metrics
 from scheduler.service.accounting import Accountant
 from scheduler.service.mirror import Mirror
 from scheduler.service.settings import SettingsFile
-from scheduler.service.snapshot import GangCounts, Snapshot
+from scheduler.service.snapshot import GangCounts, Snapshot, namespace_conflicts
 
 GROUP, VERSION = "scheduling.kubeferry.io", "v1alpha1"
 IDLE_PERIODS = 5  # with nothing new, a cycle every this many periods
+# Why jobs wait is written as Events and PodGroup conditions: a reason whose numbers alone changed is
+# written again at most this often, and at most this many jobs are explained per cycle (the rest next
+# cycle; kube_ferry_explanations_deferred_total counts them), so a flood of waiting jobs costs the API
+# server a bounded number of writes.
+REEXPLAIN_AFTER_S = 30.0
+EXPLANATIONS_PER_CYCLE = 200
+_NUMBER = re.compile(r"\d+(\.\d+)?")
 log = structlog.get_logger("ferry.scheduler")
 
 
@@ -81,8 +89,8 @@ class SchedulerService:
         # pod -> (node, devices, bound at; inf while the binding is in flight): a backlog of bindings can
         # take longer than the expiry, and an expired assumption would be scheduled and bound twice
         self.assumed: dict[str, tuple[str, tuple[int, ...], float]] = {}
-        # job -> (PodGroup UID, reason, message) last written: Events are not repeated
-        self._said: dict[str, tuple[str, str, str]] = {}
+        # job -> (PodGroup UID, reason, message, when) last written: Events are not repeated
+        self._said: dict[str, tuple[str, str, str, float]] = {}
         self._queue_status: dict[str, dict[str, Any]] = {}
         self._sem = asyncio.Semaphore(self.config.write_concurrency)
         self.cycles = 0
@@ -225,10 +233,12 @@ class SchedulerService:
         metrics.NODE_IMBALANCE.set(node_imbalance(snap.cluster.nodes.values()))
         borrowed_total = sum(max(0, q.allocated_gpu - q.guaranteed_gpu) for q in snap.cluster.queues.values())
         writes = []
+        conflicts = namespace_conflicts(self.queues.store)
         for q in snap.cluster.queues.values():
             metrics.ALLOCATED_GPUS.labels(q.name).set(q.allocated_gpu / 1000)
             metrics.PENDING_JOBS.labels(q.name).set(pending.get(q.name, 0))
-            if q.name not in self.queues.store:
+            obj = self.queues.store.get(q.name)
+            if obj is None:
                 continue
             idle_guarantee = max(0, q.guaranteed_gpu - q.allocated_gpu)
             status = {
@@ -238,15 +248,24 @@ class SchedulerService:
                 "lent": {"gpu": f"{min(idle_guarantee, borrowed_total) / 1000:g}"},
                 "runningJobs": running.get(q.name, 0),
                 "pendingJobs": pending.get(q.name, 0),
+                "conditions": namespace_condition(conflicts.get(q.name, {})),
             }
-            if self._queue_status.get(q.name) != status:
-                self._queue_status[q.name] = status
-                writes.append(self._guard("queue status", self.custom.patch_cluster_custom_object_status(
-                    GROUP, VERSION, "queues", q.name, {"status": status},
-                    _content_type="application/merge-patch+json")))
+            uid = str(obj["metadata"].get("uid", ""))  # a Queue deleted and made again is a new object
+            if self._queue_status.get(uid) != status:
+                writes.append(self._write_queue_status(q.name, uid, status))
+        live = {str(o["metadata"].get("uid", "")) for o in self.queues.store.values()}
+        for gone in [u for u in self._queue_status if u not in live]:
+            del self._queue_status[gone]
         if writes:
             await asyncio.gather(*writes)
         return result
+
+    async def _write_queue_status(self, name: str, uid: str, status: dict[str, Any]) -> None:
+        """Remember a status only once written: one lost to an outage is written again next cycle."""
+        if await self._guard("queue status", self.custom.patch_cluster_custom_object_status(
+                GROUP, VERSION, "queues", name, {"metadata": {"uid": uid}, "status": status},
+                _content_type="application/merge-patch+json")):
+            self._queue_status[uid] = status
 
     async def _guard(self, what: str, coro: Awaitable[Any]) -> bool:
         async with self._sem:
@@ -311,6 +330,7 @@ class SchedulerService:
         reasons = {**{j: ("Unschedulable", r) for j, r in result.pending_reasons.items()},
                    **{j: ("Waiting", r) for j, r in snap.waiting.items()},
                    **{j: ("InvalidSpec", r) for j, r in snap.problems.items()}}
+        budget, now_m = EXPLANATIONS_PER_CYCLE, time.monotonic()
         for job, (reason, message) in reasons.items():
             incarnation = _uid(snap.group_of.get(job))
             said = self._said.get(job)
@@ -318,9 +338,15 @@ class SchedulerService:
                 said = None
             if said is not None and said[2] == message:
                 continue
+            if said is not None and _gist(said[2]) == _gist(message) and now_m - said[3] < REEXPLAIN_AFTER_S:
+                continue  # only its numbers changed ("399 in use"): thousands of waiting jobs must not storm
+            if budget == 0:
+                metrics.EXPLANATIONS_DEFERRED.inc()  # said in a later cycle
+                continue
+            budget -= 1
             # A gang that assembles says so once (its condition keeps the count current), not once per arrival.
             event = said is None or said[1] != reason or reason != "Waiting"
-            self._said[job] = (incarnation, reason, message)
+            self._said[job] = (incarnation, reason, message, now_m)
             metrics.ATTEMPTS.labels("unschedulable").inc()
             writes.append(self._explain(snap, job, reason, message, event))
         for job in [j for j in self._said if j not in snap.pods_of]:  # gone, or ended
@@ -506,3 +532,18 @@ class SchedulerService:
 
 def _uid(obj: Obj | None) -> str:
     return str((obj or {}).get("metadata", {}).get("uid", ""))
+
+
+def _gist(message: str) -> str:
+    """A reason without its numbers: what changed for the user, not by how much."""
+    return _NUMBER.sub("#", message)
+
+
+def namespace_condition(taken: dict[str, str]) -> list[dict[str, str]]:
+    """The Queue condition an admin reads when namespaces it lists belong to an older Queue."""
+    if not taken:
+        return [{"type": "NamespacesClaimed", "status": "True", "reason": "AllClaimed",
+                 "message": "every namespace listed belongs to this queue"}]
+    owners = ", ".join(f"{ns} (Queue {owner})" for ns, owner in sorted(taken.items()))
+    return [{"type": "NamespacesClaimed", "status": "False", "reason": "ClaimedByAnotherQueue",
+             "message": f"not this queue's, an older Queue lists them first: {owners}"[:1024]}]

@@ -395,12 +395,30 @@ def _job(name: str, pods: list[Obj], group: Obj | None, ns_queue: dict[str, str]
     return job, shape.by_replica
 
 
+def _claim_order(queue: Obj) -> tuple[str, str]:
+    meta = queue["metadata"]
+    return str(meta.get("creationTimestamp") or ""), str(meta["name"])
+
+
 def namespace_queues(queues: Mapping[str, Obj]) -> dict[str, str]:
-    """Namespace -> the first Queue that claims it."""
+    """Namespace -> the Queue that claimed it first (oldest, then by name): the same answer on every
+    replica and after every restart, whatever order the objects were listed in."""
     out: dict[str, str] = {}
-    for o in queues.values():
+    for o in sorted(queues.values(), key=_claim_order):
         for ns in o.get("spec", {}).get("namespaces", []) or []:
             out.setdefault(ns, o["metadata"]["name"])
+    return out
+
+
+def namespace_conflicts(queues: Mapping[str, Obj]) -> dict[str, dict[str, str]]:
+    """Queue -> {namespace it lists: the older Queue that has it}: a claim that does not take effect."""
+    owner = namespace_queues(queues)
+    out: dict[str, dict[str, str]] = {}
+    for o in queues.values():
+        name = o["metadata"]["name"]
+        for ns in o.get("spec", {}).get("namespaces", []) or []:
+            if owner.get(ns, name) != name:
+                out.setdefault(name, {})[ns] = owner[ns]
     return out
 
 

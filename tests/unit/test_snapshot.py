@@ -6,7 +6,8 @@ import copy
 from typing import Any
 
 from scheduler.core.model import ReplicaPhase
-from scheduler.service.snapshot import ShapeCache, build
+from scheduler.service.service import namespace_condition
+from scheduler.service.snapshot import ShapeCache, build, namespace_conflicts, namespace_queues
 
 NODES = {"n0": {"metadata": {"name": "n0", "labels": {}},
                 "status": {"allocatable": {"cpu": "8", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "8"},
@@ -102,3 +103,17 @@ def test_a_running_job_knows_when_it_started_so_young_jobs_are_protected() -> No
     assert unseen.cluster.jobs["ns/g"].start_time == 123.0
     waiting = build(NODES, {"ns/a": pod("a"), "ns/b": pod("b")}, {"ns/g": GROUP}, {}, 123.0)
     assert waiting.cluster.jobs["ns/g"].start_time is None
+
+
+def _queue(name: str, created: str, *namespaces: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "creationTimestamp": created}, "spec": {"namespaces": list(namespaces)}}
+
+
+def test_a_namespace_two_queues_list_belongs_to_the_older_whatever_the_listing_order() -> None:
+    old, new = _queue("team-a", "2026-01-01T00:00:00Z", "a", "shared"), _queue("b", "2026-06-01T00:00:00Z", "shared")
+    for order in ({"b": new, "team-a": old}, {"team-a": old, "b": new}):
+        assert namespace_queues(order) == {"a": "team-a", "shared": "team-a"}
+        assert namespace_conflicts(order) == {"b": {"shared": "team-a"}}
+    [condition] = namespace_condition({"shared": "team-a"})
+    assert condition["status"] == "False" and "shared (Queue team-a)" in condition["message"]
+    assert namespace_condition({})[0]["status"] == "True"
