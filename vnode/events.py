@@ -12,6 +12,7 @@ from typing import Any
 import structlog
 
 from ferry.kube.rest import Rest, path, status_of
+from vnode import metrics
 from vnode.status import now
 
 Obj = dict[str, Any]
@@ -50,6 +51,7 @@ class Recorder:
                                         "message": body["message"]})
         except Exception as exc:
             log.warning("event not updated", reason=reason, error=str(exc)[:200])
+            metrics.EVENTS_DROPPED.labels(reason).inc()
 
     def _event(self, obj: Obj, etype: str, reason: str, message: str, identity: str, count: int) -> tuple[str, Obj]:
         meta = obj["metadata"]
@@ -78,5 +80,6 @@ class Recorder:
                     log.debug("event not recorded: namespace terminating", reason=reason)
                 else:
                     log.warning("event not recorded", reason=reason, error=str(exc)[:200])
+                metrics.EVENTS_DROPPED.labels(reason).inc()
                 return True  # nothing more to try
             return False

@@ -12,7 +12,8 @@ from typing import Any
 import structlog
 
 from ferry.keys import POD_GROUP_LABEL, TIER_ANNOTATION
-from ferry.kube.rest import Rest, path, status_of
+from ferry.kube import quantity
+from ferry.kube.rest import Rest, message_of, path, status_of
 from vnode import naming
 from vnode.caches import FERRY_PG, PLUGINS_PG, VOLCANO_PG, Caches
 from vnode.translate import Bridge, GangRef, gang_of
@@ -30,6 +31,40 @@ log = structlog.get_logger("ferry.vnode.gangs")
 
 class NotReady(Exception):
     """The gang's tenant PodGroup is not there yet."""
+
+
+class InvalidGroup(ValueError):
+    """The gang's tenant PodGroup asks for something no retry can give: its pods are refused."""
+
+
+MAX_MEMBERS = 100_000  # the compute PodGroup's own limit
+
+
+def min_task_member(group: str, value: Any) -> dict[str, int]:
+    if not isinstance(value, dict):
+        raise InvalidGroup(f"PodGroup {group}: minTaskMember must map task names to counts")
+    out: dict[str, int] = {}
+    for k, v in value.items():
+        try:
+            out[str(k).lower()] = n = int(v)
+        except (TypeError, ValueError):
+            n = -1
+        if not 0 <= n <= MAX_MEMBERS:
+            raise InvalidGroup(f"PodGroup {group}: minTaskMember[{k}] = {v!r} is not a count from 0 to {MAX_MEMBERS}")
+    return out
+
+
+def min_resources(group: str, value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise InvalidGroup(f"PodGroup {group}: minResources must map resource names to quantities")
+    out: dict[str, str] = {}
+    for k, v in value.items():
+        try:
+            quantity.parse(v)
+        except (TypeError, ValueError, ArithmeticError):
+            raise InvalidGroup(f"PodGroup {group}: minResources[{k}] = {v!r} is not a quantity") from None
+        out[str(k)] = str(v)
+    return out
 
 
 def compute_group_name(b: Bridge, gang: GangRef) -> str:
@@ -71,15 +106,21 @@ class Gangs:
         elif group is None:
             raise NotReady(f"{gang.kind} PodGroup {gang.name} does not exist")
         else:
-            min_member = int(spec.get("minMember") or 1)
+            try:
+                min_member = int(spec.get("minMember") or 1)
+            except (TypeError, ValueError):
+                min_member = -1
+            if not 1 <= min_member <= MAX_MEMBERS:
+                raise InvalidGroup(f"PodGroup {gang.name}: minMember {spec.get('minMember')!r} is not a count "
+                                   f"from 1 to {MAX_MEMBERS}")
         priority = min(int(pod.get("spec", {}).get("priority") or 0), self.b.max_priority)
         tier = "Elastic" if ((group or pod)["metadata"].get("annotations") or {}).get(TIER_ANNOTATION) == "Elastic" \
             else "Guaranteed"
         out: Obj = {"minMember": min_member, "queue": self.b.queue, "priority": priority, "tier": tier}
         if spec.get("minResources"):
-            out["minResources"] = {k: str(v) for k, v in spec["minResources"].items()}
+            out["minResources"] = min_resources(gang.name, spec["minResources"])
         if spec.get("minTaskMember"):
-            out["minTaskMember"] = {str(k).lower(): int(v) for k, v in spec["minTaskMember"].items()}
+            out["minTaskMember"] = min_task_member(gang.name, spec["minTaskMember"])
         return out
 
     async def ensure(self, pod: Obj) -> None:
@@ -112,6 +153,8 @@ class Gangs:
             created = await self.compute.create(url, body)
             self.caches.compute_groups.remember(created)
         except Exception as exc:
+            if status_of(exc) == 422:
+                raise InvalidGroup(f"the compute cluster rejected PodGroup {gang.name}: {message_of(exc)}") from exc
             if status_of(exc) != 409:
                 raise
             live = await self.compute.get(f"{url}/{name}")

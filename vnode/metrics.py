@@ -23,3 +23,5 @@ GC_DELETED = Counter("kube_ferry_vnode_copies_collected_total", "Copied objects 
                      registry=REGISTRY)
 STREAMS = Counter("kube_ferry_vnode_streams_total", "exec / attach / port-forward streams relayed, by the protocol "
                   "the tenant apiserver asked for", ["kind", "protocol"], registry=REGISTRY)
+EVENTS_DROPPED = Counter("kube_ferry_vnode_events_dropped_total", "Events the tenant API did not take (best effort: "
+                         "an event never blocks the work it reports), by reason", ["reason"], registry=REGISTRY)

@@ -20,7 +20,7 @@ from vnode import metrics, naming, status
 from vnode.caches import Caches
 from vnode.copies import Copies, MissingDependency
 from vnode.events import Recorder
-from vnode.gangs import Gangs, NotReady
+from vnode.gangs import Gangs, InvalidGroup, NotReady
 from vnode.translate import FORWARDING_GATE, Bridge, PodSecurity, compute_pod, refusal
 
 Obj = dict[str, Any]
@@ -150,6 +150,9 @@ class PodReconciler:
         try:
             await self.gangs.ensure(tp)
             refresh = await self.copies.ensure(tp)
+        except InvalidGroup as exc:
+            await self._refuse(tp, str(exc))
+            return
         except (MissingDependency, NotReady) as exc:
             await self.events.emit(tp, "Warning", "FailedMount" if isinstance(exc, MissingDependency) else
                                    "GangNotReady", f"waiting before creating the pod: {exc}", key=str(exc))

@@ -11,6 +11,7 @@ import pytest
 
 from ferry.kube.workqueue import WorkQueue
 from vnode import naming, status, streams
+from vnode.gangs import InvalidGroup, min_resources, min_task_member
 from vnode.node import capacity
 from vnode.translate import Bridge, compute_pod, gang_of, needs_of, refusal, role_of
 
@@ -276,3 +277,14 @@ def test_usage_counts_only_the_part_of_each_run_inside_the_range() -> None:
     window = summarise(all_runs, when("2026-01-01T00:45:00Z", now), when("2026-01-01T01:00:00Z", now), "job")
     assert [(r["JOB"], r["GPU-SECONDS"]) for r in window] == [("j", 2 * 900), ("k", 600)]
     assert summarise(all_runs, when("3h", now), when("2h30m", now) or now, "queue") == []
+
+
+def test_a_tenant_groups_minimums_are_copied_only_when_they_make_sense() -> None:
+    assert min_resources("g", {"nvidia.com/gpu": 8, "cpu": "500m"}) == {"nvidia.com/gpu": "8", "cpu": "500m"}
+    assert min_task_member("g", {"Master": "1", "worker": 3}) == {"master": 1, "worker": 3}
+    for bad in ({"nvidia.com/gpu": "-1"}, {"cpu": "abc"}, {"cpu": []}, ["cpu"]):
+        with pytest.raises(InvalidGroup, match="PodGroup g: minResources"):
+            min_resources("g", bad)
+    for wrong in ({"worker": -1}, {"worker": "abc"}, {"worker": 10 ** 9}, ["worker"]):
+        with pytest.raises(InvalidGroup, match="PodGroup g: minTaskMember"):
+            min_task_member("g", wrong)
