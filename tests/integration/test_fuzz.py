@@ -21,11 +21,14 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
+from ferry.kube.rest import Rest, path
 from tests.helpers import api_client, eventually
 from tests.integration.test_vnode import tenant_pod
+from vnode import naming
 
 Obj = dict[str, Any]
 EXPLAINED_WITHIN_S = 90.0
+FERRY = ("scheduling.kubeferry.io", "v1alpha1")
 
 ANNOTATION_KEYS = ("kubeferry.io/gpu-milli", "kubeferry.io/queue", "kubeferry.io/tier", "kubeferry.io/priority",
                    "kubeferry.io/gpu-model", "scheduling.k8s.io/group-name", "kubeferry.io/sim-exit-code")
@@ -82,7 +85,7 @@ async def _explanation(core: client.CoreV1Api, ns: str, name: str) -> str | None
     if st_.phase == "Failed":
         exits = [f"exit code {cs.state.terminated.exit_code}" for cs in st_.container_statuses or []
                  if cs.state and cs.state.terminated]
-        why = st_.reason or st_.message or ", ".join(exits)
+        why = ": ".join(x for x in (st_.reason, st_.message) if x) or ", ".join(exits)
         return f"Failed: {why}" if why else None
     for c in st_.conditions or []:
         if c.type == "PodScheduled" and c.status == "False" and c.message:
@@ -109,9 +112,7 @@ async def _submit_batch(planes: ControlPlanes, batch: list[Obj]) -> dict[str, st
                 except ApiException as exc:
                     rejected.append(exc)
                     outcome[body["metadata"]["name"]] = f"rejected {exc.status}"
-            for exc in rejected:  # a clear rejection: invalid (422) or malformed (400), with the reason
-                assert exc.status in (400, 422), f"{exc.status} {exc.reason}"
-                assert exc.body and "message" in exc.body, "a rejection says why"
+            _clear(rejected)
             await core.create_namespaced_pod(ns, tenant_pod("control", duration="1s"))
             missing = list(accepted)
 
@@ -136,6 +137,13 @@ async def _submit_batch(planes: ControlPlanes, batch: list[Obj]) -> dict[str, st
     return outcome
 
 
+def _clear(rejected: list[ApiException]) -> None:
+    """A clear rejection: invalid (422) or malformed (400), with the reason."""
+    for exc in rejected:
+        assert exc.status in (400, 422), f"{exc.status} {exc.reason}"
+        assert exc.body and "message" in exc.body, "a rejection says why"
+
+
 async def _has_sa(core: client.CoreV1Api, ns: str) -> bool:
     return any(sa.metadata.name == "default" for sa in (await core.list_namespaced_service_account(ns)).items)
 
@@ -156,3 +164,220 @@ def test_hostile_pods_are_rejected_or_explained_and_nothing_stops(
                or b["spec"]["containers"][0].get("securityContext") or b["spec"]["containers"][0].get("ports")]
     for name in hostile:  # rejected, refused by the vnode or never placed: never run
         assert not outcome[name].startswith(("Running", "Succeeded")), (name, outcome[name])
+
+
+# ------------------------------------------------------------------------------- Queues (platform admins)
+QUEUE_DEFECTS = ("unicode name", "long name", "max below guaranteed", "negative",
+                 "text quantity", "weight", "grace", "parent", "bad namespace")
+
+
+@st.composite
+def queues(draw: st.DrawFn) -> Obj:
+    """Queues as an admin might write them: most valid (some listing a namespace another Queue already
+    lists), the others with one defect each: odd names and quantities, max below the guarantee, weights
+    and graces out of range, an unknown field (a ``parent`` naming itself), an invalid namespace."""
+    defect = draw(st.one_of(st.none(), st.sampled_from(QUEUE_DEFECTS)))  # about half are valid
+    name = draw(st.from_regex(r"fz-[a-z0-9]{1,8}", fullmatch=True))
+    if defect == "unicode name":
+        name = draw(st.text(min_size=1, max_size=12).filter(lambda t: not t.isascii()))
+    elif defect == "long name":
+        name = draw(st.from_regex(r"fz-[a-z0-9-]{250,260}[a-z0-9]", fullmatch=True))
+    guaranteed = draw(st.sampled_from(("0", "1", "8", "1.5", "99999999999999999999")))
+    spec: Obj = {"namespaces": draw(st.lists(st.sampled_from(("tenant-1", "tenant-2", "fz-own")), max_size=2)),
+                 "guaranteed": {"gpu": guaranteed}, "max": {"gpu": guaranteed + "0"},
+                 "weight": draw(st.integers(1, 1000)),
+                 "preemption": {"victimGraceSeconds": draw(st.integers(0, 86400)), "reclaim": draw(st.booleans())}}
+    if defect == "max below guaranteed":
+        spec["guaranteed"], spec["max"] = {"gpu": "16"}, {"gpu": "8"}
+    elif defect == "negative":
+        spec["guaranteed"] = {"gpu": "-1"}
+    elif defect == "text quantity":
+        spec["max"] = {"gpu": draw(st.sampled_from(("abc", "1e3", "", "½", "8Gi")))}
+    elif defect == "weight":
+        spec["weight"] = draw(st.sampled_from((0, -1, 1001, "abc")))
+    elif defect == "grace":
+        spec["preemption"]["victimGraceSeconds"] = draw(st.sampled_from((-1, 86401, "soon")))
+    elif defect == "parent":
+        spec["parent"] = name
+    elif defect == "bad namespace":
+        spec["namespaces"] = [draw(st.sampled_from(("x" * 64, "UPPER", "", "ünï")))]
+    return {"apiVersion": "scheduling.kubeferry.io/v1alpha1", "kind": "Queue", "metadata": {"name": name,
+            "annotations": {"fuzz/defect": str(defect)}}, "spec": spec}
+
+
+async def _queue_batch(planes: ControlPlanes, batch: list[Obj]) -> dict[str, str]:
+    """Each Queue's fate: the API's rejection, or the status and condition the scheduler writes on it."""
+    outcome: dict[str, str] = {}
+    async with api_client(planes.kubeconfig("compute")) as api:
+        rest = Rest(api)
+        made: list[str] = []
+        rejected: list[ApiException] = []
+        try:
+            for body in batch:
+                try:  # as kubectl sends it: unknown fields are errors, not silently dropped
+                    await rest.call("POST", path(*FERRY, "queues"), body, query={"fieldValidation": "Strict"})
+                    made.append(body["metadata"]["name"])
+                except ApiException as exc:
+                    rejected.append(exc)
+                    outcome[body["metadata"]["name"]] = f"rejected {exc.status}"
+            _clear(rejected)
+
+            async def all_judged() -> bool:
+                for name in made:
+                    status = (await rest.get(path(*FERRY, "queues", name=name))).get("status") or {}
+                    claimed = [c for c in status.get("conditions") or [] if c["type"] == "NamespacesClaimed"]
+                    if "allocated" not in status or not claimed:
+                        outcome[name] = f"no status yet: {status}"
+                        return False
+                    outcome[name] = f"{claimed[0]['status']}: {claimed[0]['message']}"
+                return True
+
+            try:
+                await eventually(all_judged, timeout=60, what="a status on every accepted Queue")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}: {outcome}, batch {batch}") from exc
+            async with api_client(planes.kubeconfig("tenant-1")) as tapi:
+                core = client.CoreV1Api(tapi)
+                ns = f"fuzz-{uuid.uuid4().hex[:8]}"
+                await core.create_namespace({"metadata": {"name": ns}})
+                try:
+                    await eventually(lambda: _has_sa(core, ns), timeout=30, what=f"ServiceAccount in {ns}")
+                    await core.create_namespaced_pod(ns, tenant_pod("control", duration="1s"))
+
+                    async def control_done() -> bool:
+                        return bool((await core.read_namespaced_pod("control", ns)).status.phase == "Succeeded")
+
+                    await eventually(control_done, timeout=60, what="a tenant pod beside the batch Succeeded")
+                finally:
+                    await core.delete_namespace(ns)
+            owner = (await rest.get(path(*FERRY, "queues", name="tenant-1")))["status"]["conditions"][0]
+            assert owner["status"] == "True", f"the tenant's own Queue lost its namespace: {owner}"
+        finally:
+            for name in made:
+                await rest.delete(path(*FERRY, "queues", name=name))
+    return outcome
+
+
+@pytest.mark.faults
+@settings(max_examples=3, deadline=None, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate],
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                 HealthCheck.data_too_large])
+@given(batch=st.lists(queues(), min_size=10, max_size=10, unique_by=lambda q: str(q["metadata"]["name"])))
+def test_broken_queues_are_rejected_or_judged_and_tenants_keep_their_namespaces(
+        planes: ControlPlanes, vnodes: dict[str, Component], ferry_scheduler: Component, batch: list[Obj]) -> None:
+    outcome = asyncio.run(_queue_batch(planes, copy.deepcopy(batch)))
+    assert len(outcome) == len(batch)
+    assert ferry_scheduler.alive(), f"the scheduler died on the batch: {outcome}"
+    listed = {}
+    for body in batch:
+        name, defect = body["metadata"]["name"], body["metadata"]["annotations"]["fuzz/defect"]
+        if defect != "None":  # every defect is the API server's to refuse, with its reason
+            assert outcome[name].startswith("rejected"), (name, defect, outcome[name])
+        else:
+            listed[name] = set(body["spec"]["namespaces"])
+    for name, mine in listed.items():
+        shared = {"tenant-1", "tenant-2"}.union(*(ns for other, ns in listed.items() if other != name))
+        if mine & {"tenant-1", "tenant-2"}:  # the tenants' Queues are older: they keep their namespaces
+            assert outcome[name].startswith("False") and "Queue tenant-" in outcome[name], (name, outcome[name])
+        elif not mine & shared:
+            assert outcome[name].startswith("True"), (name, outcome[name])
+    for ns in set().union(*listed.values()) - {"tenant-1", "tenant-2"}:  # one owner each, named to the others
+        owners = [name for name, mine in listed.items() if ns in mine and f"{ns} (Queue" not in outcome[name]]
+        assert len(owners) == 1, (ns, owners, outcome)
+
+
+# ------------------------------------------------------------------------------- tenant gangs (operators)
+@st.composite
+def gangs(draw: st.DrawFn) -> tuple[Obj, list[Obj]]:
+    """A Volcano PodGroup as a buggy or hostile operator writes it, and 0–3 members that name it (some
+    also naming another group by the scheduler-plugins label)."""
+    name = draw(st.from_regex(r"g[a-z0-9]{1,8}", fullmatch=True))
+    spec: Obj = {"minMember": draw(st.sampled_from((0, 1, 2, 3, -1, 100001, 2 ** 40, "abc")))}
+    if draw(st.booleans()):
+        spec["minResources"] = draw(st.dictionaries(
+            st.sampled_from(("nvidia.com/gpu", "cpu", "kubeferry.io/x", "ünï")),
+            st.sampled_from(("1", "-1", "abc", "1Ki", 5, [], {"a": 1})), max_size=2))
+    if draw(st.booleans()):
+        spec["minTaskMember"] = draw(st.dictionaries(st.sampled_from(("worker", "Master", "ünï", "")),
+                                                     st.sampled_from((0, 1, -1, "abc", 10 ** 9)), max_size=2))
+    if (queue := draw(st.sampled_from((None, "tenant-2", "default", "")))) is not None:
+        spec["queue"] = queue
+    if draw(st.booleans()):
+        spec["priorityClassName"] = "system-cluster-critical"
+    annotations = {}
+    if (tier := draw(st.sampled_from((None, "Elastic", "Guaranteed", "bogus")))) is not None:
+        annotations["kubeferry.io/tier"] = tier
+    group = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+             "metadata": {"name": name, "annotations": annotations}, "spec": spec}
+    members = []
+    for i in range(draw(st.integers(0, 3))):
+        pod = tenant_pod(f"{name}-{i}", duration="1s")
+        pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] = name
+        pod["spec"]["schedulerName"] = "volcano"
+        del pod["spec"]["tolerations"]
+        if draw(st.booleans()):
+            pod["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "another"}
+        members.append(pod)
+    return group, members
+
+
+async def _gang_batch(planes: ControlPlanes, batch: list[tuple[Obj, list[Obj]]]) -> dict[str, str]:
+    outcome: dict[str, str] = {}
+    async with api_client(planes.kubeconfig("tenant-1")) as api, api_client(planes.kubeconfig("compute")) as capi:
+        core, rest = client.CoreV1Api(api), Rest(api)
+        ns = f"fuzz-{uuid.uuid4().hex[:8]}"
+        await core.create_namespace({"metadata": {"name": ns}})
+        try:
+            await eventually(lambda: _has_sa(core, ns), timeout=30, what=f"ServiceAccount in {ns}")
+            members: list[str] = []
+            rejected: list[ApiException] = []
+            for group, pods in batch:
+                try:
+                    await rest.create(path("scheduling.volcano.sh", "v1beta1", "podgroups", ns), group)
+                except ApiException as exc:
+                    rejected.append(exc)
+                    outcome[group["metadata"]["name"]] = f"rejected {exc.status}"
+                for pod in pods:
+                    await core.create_namespaced_pod(ns, pod)
+                    members.append(pod["metadata"]["name"])
+            _clear(rejected)
+            await core.create_namespaced_pod(ns, tenant_pod("control", duration="1s"))
+            missing = list(members)
+
+            async def all_explained() -> bool:
+                for name in list(missing):
+                    if why := await _explanation(core, ns, name):
+                        outcome[name] = why
+                        missing.remove(name)
+                return not missing
+
+            try:
+                await eventually(all_explained, timeout=EXPLAINED_WITHIN_S, what="every member explained")
+            except AssertionError as exc:
+                raise AssertionError(f"no explanation for {missing} (others: {outcome})") from exc
+
+            async def control_done() -> bool:
+                return bool((await core.read_namespaced_pod("control", ns)).status.phase == "Succeeded")
+
+            await eventually(control_done, timeout=60, what="the plain pod beside the batch Succeeded")
+            groups = (await Rest(capi).get(path(*FERRY, "podgroups", "tenant-1"),
+                                           labelSelector=f"{naming.UPSTREAM_NS_LABEL}={ns}"))["items"]
+            for g in groups:  # whatever the tenant wrote, its queue and the vnode's priority ceiling
+                assert g["spec"]["queue"] == "tenant-1" and g["spec"].get("priority", 0) == 0, g["spec"]
+        finally:
+            await core.delete_namespace(ns)
+    return outcome
+
+
+@pytest.mark.faults
+@settings(max_examples=4, deadline=None, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate],
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                 HealthCheck.data_too_large])
+@given(batch=st.lists(gangs(), min_size=6, max_size=6, unique_by=lambda g: str(g[0]["metadata"]["name"])))
+def test_broken_tenant_gangs_are_rejected_or_explained_and_keep_their_queue(
+        planes: ControlPlanes, vnodes: dict[str, Component], ferry_scheduler: Component,
+        batch: list[tuple[Obj, list[Obj]]]) -> None:
+    outcome = asyncio.run(_gang_batch(planes, copy.deepcopy(batch)))
+    for name, comp in (*vnodes.items(), ("scheduler", ferry_scheduler)):
+        assert comp.alive(), f"{name} died on the batch: {outcome}"
+    assert len(outcome) >= sum(len(pods) for _, pods in batch)
