@@ -46,7 +46,8 @@ class Phase:
         return asdict(self)
 
 
-def _cpu(planes: ControlPlanes) -> dict[str, float]:
+def cpu_by_component(planes: ControlPlanes) -> dict[str, float]:
+    """CPU seconds each running component has used so far."""
     out: dict[str, float] = {}
     for name, pid in planes.pids().items():
         try:
@@ -76,7 +77,7 @@ class RunningWatch:
             self.running.setdefault(obj["metadata"]["name"], time.monotonic())
 
 
-async def _submit(rest: Rest, ns: str, n: int, rate: float, bridged: bool, prefix: str) -> dict[str, float]:
+async def submit(rest: Rest, ns: str, n: int, rate: float, bridged: bool, prefix: str) -> dict[str, float]:
     """Create ``n`` pods at ``rate`` per second (0: as fast as 32 concurrent calls go); return each
     pod's create-call time."""
     sem = asyncio.Semaphore(32 if rate <= 0 else 256)
@@ -103,11 +104,11 @@ async def _phase(planes: ControlPlanes, rest: Rest, ns: str, n: int, rate: float
     sampler = Sampler(ours if bridged else {}, profiles)  # py-spy's collapsed stacks stay with the report
     try:
         await watch.informer.synced.wait()
-        cpu0 = _cpu(planes)
+        cpu0 = cpu_by_component(planes)
         with sampler:
-            sent = await _submit(rest, ns, n, rate, bridged, prefix)
+            sent = await submit(rest, ns, n, rate, bridged, prefix)
             await until(lambda: all(k in watch.running for k in sent), 900, f"{n} pods Running")
-        cpu1 = _cpu(planes)
+        cpu1 = cpu_by_component(planes)
         lat = [watch.running[k] - sent[k] for k in sent]
         span = max(watch.running[k] for k in sent) - min(sent.values())
         cpu = {name: round((cpu1[name] - cpu0[name]) * 1000 / n, 1) for name in cpu1 if name in cpu0}

@@ -24,6 +24,17 @@ class Supervisor:
         self._failures: dict[str, int] = {}
         self._restart_at: dict[str, float] = {}
         self._started_at: dict[str, float] = {}
+        self._held: set[str] = set()
+        self.restarts: dict[str, int] = {}  # component → restarts done by this supervisor
+
+    def hold(self, name: str) -> None:
+        """Leave ``name`` down until :meth:`release` (an outage someone else ends, e.g. a chaos run)."""
+        self._held.add(name)
+
+    def release(self, name: str) -> None:
+        self._held.discard(name)
+        self._restart_at.pop(name, None)
+        self._started_at[name] = time.monotonic()
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self.log.info("stop requested", signal=signal.Signals(signum).name)
@@ -38,6 +49,8 @@ class Supervisor:
         """One pass over the components; returns True if anything changed."""
         changed = False
         for name, comp in self.planes.components.items():
+            if name in self._held:
+                continue
             if comp.alive():
                 if now - self._started_at.get(name, now) > HEALTHY_AFTER:
                     self._failures.pop(name, None)
@@ -59,6 +72,7 @@ class Supervisor:
                     self.log.error("restart failed", component=name, error=str(exc))
                     continue
                 self._started_at[name] = now
+                self.restarts[name] = self.restarts.get(name, 0) + 1
                 self.log.info("component restarted", component=name, pid=comp.pid, starts=comp.starts)
                 changed = True
         return changed

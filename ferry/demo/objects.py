@@ -53,6 +53,13 @@ def gang_members(job: str, members: int, gpus: int, *, elastic: bool = False, du
             for i in range(members)]
 
 
+def gpu_pod(job: str, gpus: int, duration: str = "1h") -> Obj:
+    """One pod of ``gpus`` whole GPUs that tolerates the virtual node (placed by the tenant's scheduler)."""
+    return _pod(job, job, "guaranteed",
+                {"name": "main", "image": "trainer:1", "resources": {"limits": {GPU: str(gpus)}}},
+                annotations={SIM_DURATION: duration}, scheduler=None, tolerate=True)
+
+
 def shared_gpu_pods(job: str, count: int, milli: int, duration: str = "1h") -> list[Obj]:
     """Pods that each ask for a share of one GPU (``kubeferry.io/gpu-milli``), e.g. notebooks."""
     return [_pod(f"{job}-{i}", job, "guaranteed", {"name": "notebook", "image": "jupyter:1"},
