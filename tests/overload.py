@@ -22,19 +22,14 @@ from pathlib import Path
 
 from bench.bridge import RunningWatch, cpu_by_component, submit
 from bench.throughput import percentile, until
-from ferry import binaries
-from ferry.cluster.planes import COMPUTE, ControlPlanes, Shape, clean_dir
+from ferry.cluster.planes import COMPUTE, ControlPlanes
 from ferry.keys import API_GROUP, API_VERSION
 from ferry.kube.rest import Rest, api_client, path
-from ferry.log import configure
+from tests.long_runs import parser, say, two_tenants
 
 NS = "overload"
 LOUD, QUIET = "tenant-1", "tenant-2"
 MAX_RATIO = 2.0
-
-
-def say(line: str) -> None:
-    print(f"[{datetime.now(UTC):%H:%M:%S}] {line}", flush=True)
 
 
 @dataclass
@@ -112,19 +107,12 @@ async def run(args: argparse.Namespace, planes: ControlPlanes) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tests.overload", description=__doc__.splitlines()[0] if __doc__ else "")
+    p = parser("tests.overload", __doc__, gpu_nodes=100, workdir="/tmp/kube-ferry-overload")
     p.add_argument("--flood", type=int, default=5000, help="pods the loud tenant creates at once")
     p.add_argument("--probe", type=int, default=200, help="pods the quiet tenant submits in each phase")
     p.add_argument("--rate", type=float, default=4.0, help="the quiet tenant's pods per second")
-    p.add_argument("--gpu-nodes", type=int, default=100)
-    p.add_argument("--workdir", type=Path, default=Path("/tmp/kube-ferry-overload"))
-    p.add_argument("--results", default="results")
     args = p.parse_args(argv)
-    configure("warning")
-    clean_dir(args.workdir)
-    planes = ControlPlanes(args.workdir, Shape(tenants=2, gpu_nodes=args.gpu_nodes, gpus_per_node=8),
-                           binaries.ensure())
-    planes.prepare()
+    planes = two_tenants(args)
     planes.add_scheduler()
     for tenant in planes.tenant_names:
         planes.add_vnode(tenant)

@@ -30,8 +30,7 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio.client import ApiClient
 
-from ferry import binaries
-from ferry.cluster.planes import COMPUTE, ControlPlanes, Shape, clean_dir
+from ferry.cluster.planes import COMPUTE, ControlPlanes
 from ferry.cluster.process import Component
 from ferry.cluster.supervisor import Supervisor
 from ferry.demo import objects
@@ -39,8 +38,8 @@ from ferry.demo.run import fresh_namespace
 from ferry.keys import API_GROUP, API_VERSION, GPU, POD_GROUP_LABEL, SCHEDULER_NAME
 from ferry.kube import quantity
 from ferry.kube.rest import Rest, api_client, path, status_of
-from ferry.log import configure
 from ferry.log import get as get_logger
+from tests.long_runs import parser, say, two_tenants
 from vnode import naming
 
 Obj = dict[str, Any]
@@ -50,10 +49,6 @@ FAULTS = ("vnode", "scheduler-leader", "tenant-apiserver", "compute-apiserver", 
 WARM_UP_S = 120.0  # memory is compared from this age of a segment on
 LONG_LIVED_S = 300.0  # a segment (process incarnation in one role) judged for memory growth lasted this long
 MAX_GROWTH = 0.10
-
-
-def say(line: str) -> None:
-    print(f"[{datetime.now(UTC):%H:%M:%S}] {line}", flush=True)
 
 
 # ------------------------------------------------------------------------------------------ the audit
@@ -527,20 +522,13 @@ def report(args: argparse.Namespace, result: Audit, took: float, stream: Stream,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tests.soak", description=__doc__.splitlines()[0] if __doc__ else "")
+    p = parser("tests.soak", __doc__, gpu_nodes=64, workdir="/tmp/kube-ferry-soak")
     p.add_argument("--minutes", type=float, default=15.0)
-    p.add_argument("--gpu-nodes", type=int, default=64)
     p.add_argument("--seed", type=int, default=20261130)
     p.add_argument("--mean-gap", type=float, default=6.0, help="mean seconds between a tenant's jobs")
     p.add_argument("--converge-s", type=float, default=600.0, help="deadline for the final convergence")
-    p.add_argument("--workdir", type=Path, default=Path("/tmp/kube-ferry-soak"))
-    p.add_argument("--results", default="results")
     args = p.parse_args(argv)
-    configure("warning")
-    clean_dir(args.workdir)
-    planes = ControlPlanes(args.workdir, Shape(tenants=2, gpu_nodes=args.gpu_nodes, gpus_per_node=8),
-                           binaries.ensure())
-    planes.prepare()
+    planes = two_tenants(args)
     schedulers = {ident: planes.add_scheduler(name=f"kube-ferry-scheduler-{ident}", extra=(
         "--min-runtime=20", "--leader-elect", f"--identity={ident}")) for ident in ("primary", "standby")}
     vnodes = {t: planes.add_vnode(t, extra=("--heartbeat=5", "--gc-interval=5", "--gc-min-age=20"))
@@ -552,6 +540,7 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(soak(args, planes, keeper, schedulers, vnodes))
     finally:
         planes.stop()
+
 
 if __name__ == "__main__":
     sys.exit(main())

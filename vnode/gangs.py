@@ -41,6 +41,7 @@ MAX_MEMBERS = 100_000  # the compute PodGroup's own limit
 
 
 def min_task_member(group: str, value: Any) -> dict[str, int]:
+    """The tenant group's per-role minimums as the compute PodGroup takes them, or why they cannot be."""
     if not isinstance(value, dict):
         raise InvalidGroup(f"PodGroup {group}: minTaskMember must map task names to counts")
     out: dict[str, int] = {}
@@ -55,6 +56,7 @@ def min_task_member(group: str, value: Any) -> dict[str, int]:
 
 
 def min_resources(group: str, value: Any) -> dict[str, str]:
+    """The tenant group's minimum resources, each checked to be a quantity the scheduler can read."""
     if not isinstance(value, dict):
         raise InvalidGroup(f"PodGroup {group}: minResources must map resource names to quantities")
     out: dict[str, str] = {}

@@ -113,15 +113,20 @@ class LeaderElector:
         if not self.is_leader.is_set():
             return
         self._set(False)
-        try:
-            lease = await self.coord.read_namespaced_lease(self.name, self.namespace)
-            if lease.spec.holder_identity != self.identity:
+        for _ in range(3):  # a renewal sent just before the stop may land between our read and write: 409
+            try:
+                lease = await self.coord.read_namespaced_lease(self.name, self.namespace)
+                if lease.spec.holder_identity != self.identity:
+                    return
+                now = _fmt(_now())
+                await self.coord.patch_namespaced_lease(self.name, self.namespace, {
+                    "metadata": {"resourceVersion": lease.metadata.resource_version},
+                    "spec": {"holderIdentity": None, "leaseDurationSeconds": 1, "renewTime": now}},
+                    _content_type="application/merge-patch+json")
+                log.info("lease released", identity=self.identity)
                 return
-            now = _fmt(_now())
-            await self.coord.patch_namespaced_lease(self.name, self.namespace, {
-                "metadata": {"resourceVersion": lease.metadata.resource_version},
-                "spec": {"holderIdentity": None, "leaseDurationSeconds": 1, "renewTime": now}},
-                _content_type="application/merge-patch+json")
-            log.info("lease released", identity=self.identity)
-        except ApiException as exc:
-            log.warning("lease not released", status=exc.status, reason=exc.reason)
+            except ApiException as exc:
+                if exc.status != 409:
+                    log.warning("lease not released", status=exc.status, reason=exc.reason)
+                    return
+        log.warning("lease not released: it kept changing", identity=self.identity)

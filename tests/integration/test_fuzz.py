@@ -113,28 +113,35 @@ async def _submit_batch(planes: ControlPlanes, batch: list[Obj]) -> dict[str, st
                     rejected.append(exc)
                     outcome[body["metadata"]["name"]] = f"rejected {exc.status}"
             _clear(rejected)
-            await core.create_namespaced_pod(ns, tenant_pod("control", duration="1s"))
-            missing = list(accepted)
-
-            async def all_explained() -> bool:
-                for name in list(missing):
-                    if why := await _explanation(core, ns, name):
-                        outcome[name] = why
-                        missing.remove(name)
-                return not missing
-
-            try:
-                await eventually(all_explained, timeout=EXPLAINED_WITHIN_S, what="every accepted pod explained")
-            except AssertionError as exc:
-                raise AssertionError(f"no explanation for {missing} (others: {outcome})") from exc
-
-            async def control_done() -> bool:
-                return bool((await core.read_namespaced_pod("control", ns)).status.phase == "Succeeded")
-
-            await eventually(control_done, timeout=60, what="the plain pod beside the batch Succeeded")
+            await _explained_beside_a_plain_pod(core, ns, accepted, outcome)
         finally:
             await core.delete_namespace(ns)
     return outcome
+
+
+async def _explained_beside_a_plain_pod(core: client.CoreV1Api, ns: str, names: list[str],
+                                       outcome: dict[str, str]) -> None:
+    """Each pod of ``names`` explained where its user looks (into ``outcome``), and a plain pod submitted
+    beside them runs to completion."""
+    await core.create_namespaced_pod(ns, tenant_pod("control", duration="1s"))
+    missing = list(names)
+
+    async def all_explained() -> bool:
+        for name in list(missing):
+            if why := await _explanation(core, ns, name):
+                outcome[name] = why
+                missing.remove(name)
+        return not missing
+
+    try:
+        await eventually(all_explained, timeout=EXPLAINED_WITHIN_S, what="every accepted pod explained")
+    except AssertionError as exc:
+        raise AssertionError(f"no explanation for {missing} (others: {outcome})") from exc
+
+    async def control_done() -> bool:
+        return bool((await core.read_namespaced_pod("control", ns)).status.phase == "Succeeded")
+
+    await eventually(control_done, timeout=60, what="the plain pod beside the batch Succeeded")
 
 
 def _clear(rejected: list[ApiException]) -> None:
@@ -242,12 +249,7 @@ async def _queue_batch(planes: ControlPlanes, batch: list[Obj]) -> dict[str, str
                 await core.create_namespace({"metadata": {"name": ns}})
                 try:
                     await eventually(lambda: _has_sa(core, ns), timeout=30, what=f"ServiceAccount in {ns}")
-                    await core.create_namespaced_pod(ns, tenant_pod("control", duration="1s"))
-
-                    async def control_done() -> bool:
-                        return bool((await core.read_namespaced_pod("control", ns)).status.phase == "Succeeded")
-
-                    await eventually(control_done, timeout=60, what="a tenant pod beside the batch Succeeded")
+                    await _explained_beside_a_plain_pod(core, ns, [], outcome)
                 finally:
                     await core.delete_namespace(ns)
             owner = (await rest.get(path(*FERRY, "queues", name="tenant-1")))["status"]["conditions"][0]
@@ -341,25 +343,7 @@ async def _gang_batch(planes: ControlPlanes, batch: list[tuple[Obj, list[Obj]]])
                     await core.create_namespaced_pod(ns, pod)
                     members.append(pod["metadata"]["name"])
             _clear(rejected)
-            await core.create_namespaced_pod(ns, tenant_pod("control", duration="1s"))
-            missing = list(members)
-
-            async def all_explained() -> bool:
-                for name in list(missing):
-                    if why := await _explanation(core, ns, name):
-                        outcome[name] = why
-                        missing.remove(name)
-                return not missing
-
-            try:
-                await eventually(all_explained, timeout=EXPLAINED_WITHIN_S, what="every member explained")
-            except AssertionError as exc:
-                raise AssertionError(f"no explanation for {missing} (others: {outcome})") from exc
-
-            async def control_done() -> bool:
-                return bool((await core.read_namespaced_pod("control", ns)).status.phase == "Succeeded")
-
-            await eventually(control_done, timeout=60, what="the plain pod beside the batch Succeeded")
+            await _explained_beside_a_plain_pod(core, ns, members, outcome)
             groups = (await Rest(capi).get(path(*FERRY, "podgroups", "tenant-1"),
                                            labelSelector=f"{naming.UPSTREAM_NS_LABEL}={ns}"))["items"]
             for g in groups:  # whatever the tenant wrote, its queue and the vnode's priority ceiling

@@ -1,0 +1,35 @@
+"""What the long checks outside ``make test`` (``make soak``, ``make overload``) share: their command
+line's common flags, two-tenant control planes of their own, and timestamped progress lines."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ferry import binaries
+from ferry.cluster.planes import ControlPlanes, Shape, clean_dir
+from ferry.log import configure
+
+
+def say(line: str) -> None:
+    print(f"[{datetime.now(UTC):%H:%M:%S}] {line}", flush=True)
+
+
+def parser(prog: str, doc: str | None, gpu_nodes: int, workdir: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"python -m {prog}", description=doc.splitlines()[0] if doc else "")
+    p.add_argument("--gpu-nodes", type=int, default=gpu_nodes)
+    p.add_argument("--workdir", type=Path, default=Path(workdir))
+    p.add_argument("--results", default="results", help="folder for the JSON figures")
+    return p
+
+
+def two_tenants(args: argparse.Namespace) -> ControlPlanes:
+    """Fresh control planes (compute with ``--gpu-nodes`` kwok nodes × 8 GPUs, two tenants), prepared;
+    the caller adds Kube-Ferry's components and starts them."""
+    configure("warning")
+    clean_dir(args.workdir)
+    planes = ControlPlanes(args.workdir, Shape(tenants=2, gpu_nodes=args.gpu_nodes, gpus_per_node=8),
+                           binaries.ensure())
+    planes.prepare()
+    return planes
