@@ -91,8 +91,8 @@ async def run(args: argparse.Namespace, planes: ControlPlanes) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "overload.json").write_text(json.dumps(out, indent=2))
         print("\n=== overload ===")
-        print(f"{LOUD} created {args.flood} pods in {created_s:.0f} s ({running} Running, the rest queued at its "
-              f"max of {total // 2} GPUs)")
+        print(f"{LOUD} created {args.flood} pods in {created_s:.0f} s; {running} of them Running when the probe "
+              f"ended (its Queue's max: {total // 2} GPUs)")
         print(f"{QUIET} create→Running: alone p50 {alone.p50_ms:.0f} ms p99 {alone.p99_ms:.0f} ms; during the flood "
               f"p50 {loaded.p50_ms:.0f} ms p99 {loaded.p99_ms:.0f} ms → p99 ×{ratio:.2f} (target ≤ ×{MAX_RATIO:g})")
         print(f"CPU seconds while the flood was created ({created_s:.0f} s, 2 cores): "
