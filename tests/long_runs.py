@@ -4,8 +4,10 @@ line's common flags, two-tenant control planes of their own, and timestamped pro
 from __future__ import annotations
 
 import argparse
+import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from ferry import binaries
 from ferry.cluster.planes import ControlPlanes, Shape, clean_dir
@@ -33,3 +35,12 @@ def two_tenants(args: argparse.Namespace) -> ControlPlanes:
                            binaries.ensure())
     planes.prepare()
     return planes
+
+
+def write_results(args: argparse.Namespace, kind: str, figures: dict[str, Any]) -> Path:
+    """``<--results>/<kind>-<UTC time>/<kind>.json``; returns the file."""
+    folder = Path(args.results) / f"{kind}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{kind}.json"
+    target.write_text(json.dumps(figures, indent=2))
+    return target

@@ -12,20 +12,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
-from pathlib import Path
 
 from bench.bridge import RunningWatch, cpu_by_component, submit
 from bench.throughput import percentile, until
 from ferry.cluster.planes import COMPUTE, ControlPlanes
 from ferry.keys import API_GROUP, API_VERSION
 from ferry.kube.rest import Rest, api_client, path
-from tests.long_runs import parser, say, two_tenants
+from tests.long_runs import parser, say, two_tenants, write_results
 
 NS = "overload"
 LOUD, QUIET = "tenant-1", "tenant-2"
@@ -87,9 +84,7 @@ async def run(args: argparse.Namespace, planes: ControlPlanes) -> int:
                "flood_still_arriving_when_probe_done": not flood_done, "gpu_nodes": args.gpu_nodes,
                "alone": asdict(alone), "loaded": asdict(loaded), "p99_ratio": round(ratio, 2),
                "cpu_s_during_flood": {n: round(c, 1) for c, n in busiest}}
-        folder = Path(args.results) / f"overload-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "overload.json").write_text(json.dumps(out, indent=2))
+        written = write_results(args, "overload", out)
         print("\n=== overload ===")
         print(f"{LOUD} created {args.flood} pods in {created_s:.0f} s; {running} of them Running when the probe "
               f"ended (its Queue's max: {total // 2} GPUs)")
@@ -97,7 +92,7 @@ async def run(args: argparse.Namespace, planes: ControlPlanes) -> int:
               f"p50 {loaded.p50_ms:.0f} ms p99 {loaded.p99_ms:.0f} ms → p99 ×{ratio:.2f} (target ≤ ×{MAX_RATIO:g})")
         print(f"CPU seconds while the flood was created ({created_s:.0f} s, 2 cores): "
               + ", ".join(f"{n} {c:.0f}" for c, n in busiest[:8]))
-        print(f"written to {folder / 'overload.json'}")
+        print(f"written to {written}")
         ok = ratio <= MAX_RATIO
         print("PASS" if ok else "FAIL")
         return 0 if ok else 1

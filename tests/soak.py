@@ -17,13 +17,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import random
 import sys
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +37,7 @@ from ferry.keys import API_GROUP, API_VERSION, GPU, POD_GROUP_LABEL, SCHEDULER_N
 from ferry.kube import quantity
 from ferry.kube.rest import Rest, api_client, path, status_of
 from ferry.log import get as get_logger
-from tests.long_runs import parser, say, two_tenants
+from tests.long_runs import parser, say, two_tenants, write_results
 from vnode import naming
 
 Obj = dict[str, Any]
@@ -497,9 +495,7 @@ def report(args: argparse.Namespace, result: Audit, took: float, stream: Stream,
         "worst_recovery_s": worst, "unrecovered_faults": sum(r is None for r in recoveries),
         "memory": growth, "memory_samples": memory.samples,
     }
-    folder = Path(args.results) / f"soak-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "soak.json").write_text(json.dumps(out, indent=2))
+    written = write_results(args, "soak", out)
     print("\n=== chaos soak ===")
     print(f"jobs {dict(stream.jobs)} (s: single pods, g: gangs, e: elastic gangs), {len(stream.preempted)} "
           f"preempted as whole jobs; {out['pods_created']} pods created, {out['pods_deleted']} deleted")
@@ -515,7 +511,7 @@ def report(args: argparse.Namespace, result: Audit, took: float, stream: Stream,
         print(f"memory {key} ({g['minutes']:.0f} min): {g['warm_mib']:.0f} MiB after warm-up → {g['end_mib']:.0f} MiB "
               f"at the end "
               f"(max {g['max_mib']:.0f}, {g['growth']:+.1%})")
-    print(f"written to {folder / 'soak.json'}")
+    print(f"written to {written}")
     ok = result.clean() and not grown and not out["unrecovered_faults"]
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1

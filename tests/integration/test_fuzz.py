@@ -29,6 +29,11 @@ from vnode import naming
 Obj = dict[str, Any]
 EXPLAINED_WITHIN_S = 90.0
 FERRY = ("scheduling.kubeferry.io", "v1alpha1")
+# Examples are derandomised (CI sees the same ones every run) and never shrunk: each is a batch on real
+# API servers, seconds to minutes, not a function call.
+ON_REAL_SERVERS = settings(deadline=None, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate],
+                           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                                  HealthCheck.data_too_large])
 
 ANNOTATION_KEYS = ("kubeferry.io/gpu-milli", "kubeferry.io/queue", "kubeferry.io/tier", "kubeferry.io/priority",
                    "kubeferry.io/gpu-model", "scheduling.k8s.io/group-name", "kubeferry.io/sim-exit-code")
@@ -156,10 +161,7 @@ async def _has_sa(core: client.CoreV1Api, ns: str) -> bool:
 
 
 @pytest.mark.faults
-@settings(max_examples=4, deadline=None, derandomize=True, database=None,
-          phases=[Phase.explicit, Phase.generate],  # no shrinking: each example is minutes on real servers
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                 HealthCheck.data_too_large])
+@settings(ON_REAL_SERVERS, max_examples=4)
 @given(batch=st.lists(pods(), min_size=10, max_size=10, unique_by=lambda p: str(p["metadata"]["name"])))
 def test_hostile_pods_are_rejected_or_explained_and_nothing_stops(
         planes: ControlPlanes, vnodes: dict[str, Component], ferry_scheduler: Component, batch: list[Obj]) -> None:
@@ -261,9 +263,7 @@ async def _queue_batch(planes: ControlPlanes, batch: list[Obj]) -> dict[str, str
 
 
 @pytest.mark.faults
-@settings(max_examples=3, deadline=None, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate],
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                 HealthCheck.data_too_large])
+@settings(ON_REAL_SERVERS, max_examples=3)
 @given(batch=st.lists(queues(), min_size=10, max_size=10, unique_by=lambda q: str(q["metadata"]["name"])))
 def test_broken_queues_are_rejected_or_judged_and_tenants_keep_their_namespaces(
         planes: ControlPlanes, vnodes: dict[str, Component], ferry_scheduler: Component, batch: list[Obj]) -> None:
@@ -354,9 +354,7 @@ async def _gang_batch(planes: ControlPlanes, batch: list[tuple[Obj, list[Obj]]])
 
 
 @pytest.mark.faults
-@settings(max_examples=4, deadline=None, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate],
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                 HealthCheck.data_too_large])
+@settings(ON_REAL_SERVERS, max_examples=4)
 @given(batch=st.lists(gangs(), min_size=6, max_size=6, unique_by=lambda g: str(g[0]["metadata"]["name"])))
 def test_broken_tenant_gangs_are_rejected_or_explained_and_keep_their_queue(
         planes: ControlPlanes, vnodes: dict[str, Component], ferry_scheduler: Component,
