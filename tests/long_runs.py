@@ -26,12 +26,12 @@ def parser(prog: str, doc: str | None, gpu_nodes: int, workdir: str) -> argparse
     return p
 
 
-def two_tenants(args: argparse.Namespace) -> ControlPlanes:
-    """Fresh control planes (compute with ``--gpu-nodes`` kwok nodes × 8 GPUs, two tenants), prepared;
-    the caller adds Kube-Ferry's components and starts them."""
+def two_tenants(args: argparse.Namespace, own_etcd: tuple[str, ...] = ()) -> ControlPlanes:
+    """Fresh control planes (compute with ``--gpu-nodes`` kwok nodes × 8 GPUs, two tenants; ``own_etcd``:
+    clusters not sharing the one etcd), prepared; the caller adds Kube-Ferry's components and starts them."""
     configure("warning")
     clean_dir(args.workdir)
-    planes = ControlPlanes(args.workdir, Shape(tenants=2, gpu_nodes=args.gpu_nodes, gpus_per_node=8),
+    planes = ControlPlanes(args.workdir, Shape(tenants=2, gpu_nodes=args.gpu_nodes, gpus_per_node=8, own_etcd=own_etcd),
                            binaries.ensure())
     planes.prepare()
     return planes

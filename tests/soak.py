@@ -372,15 +372,34 @@ class Memory:
         return out
 
 
+async def metrics_text(comp: Component, port: int) -> str | None:
+    """A component's Prometheus metrics (None while it does not answer)."""
+    try:
+        async with aiohttp.ClientSession() as http, http.get(
+                f"http://127.0.0.1:{port}/metrics", timeout=aiohttp.ClientTimeout(total=2)) as resp:
+            return await resp.text()
+    except (aiohttp.ClientError, TimeoutError):
+        return None
+
+
+async def held(comp: Component) -> dict[str, float]:
+    """What a vnode holds at the end: objects per informer cache and Events waiting to be mirrored (what
+    its memory would grow with)."""
+    text = await metrics_text(comp, comp.spec.ports[-1]) or ""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith(("kube_ferry_vnode_cached_objects{", "kube_ferry_vnode_event_backlog ")):
+            name, value = line.rsplit(" ", 1)
+            out[name.split('"')[1] if '"' in name else "event backlog"] = float(value)
+    return out
+
+
 async def role(comp: Component) -> str:
     """"leader" or "standby" for a scheduler (its own metric says), "" for anything else."""
     if "scheduler" not in comp.name or not comp.spec.ports:
         return ""
-    try:
-        async with aiohttp.ClientSession() as http, http.get(
-                f"http://127.0.0.1:{comp.spec.ports[0]}/metrics", timeout=aiohttp.ClientTimeout(total=2)) as resp:
-            text = await resp.text()
-    except (aiohttp.ClientError, TimeoutError):
+    text = await metrics_text(comp, comp.spec.ports[0])
+    if text is None:
         return "unknown"
     leading = any(line.startswith("kube_ferry_leader ") and float(line.split()[1]) == 1 for line in text.splitlines())
     return "leader" if leading else "standby"
@@ -467,20 +486,21 @@ async def soak(args: argparse.Namespace, planes: ControlPlanes, keeper: Supervis
             for t, r in tenants.items():
                 tg.create_task(submit(r, t, stream, random.Random(rng.random()), stop, args.mean_gap))
                 tg.create_task(reap(r, t, stream, random.Random(rng.random()), stop))
+        holding = {name: await held(comp) for name, comp in vnodes.items()}
         for c in planes.components.values():  # whatever died with the last fault is restarted
             if not c.alive():
                 c.start()
             await asyncio.to_thread(c.wait_ready, time.monotonic() + 180)
         say("waiting for both sides to converge")
         result, took = await converge(compute, tenants, stream, args.converge_s)
-        return report(args, result, took, stream, chaos, memory, keeper)
+        return report(args, result, took, stream, chaos, memory, keeper, holding)
     finally:
         for api in apis:
             await api.close()
 
 
 def report(args: argparse.Namespace, result: Audit, took: float, stream: Stream, chaos: Chaos, memory: Memory,
-           keeper: Supervisor) -> int:
+           keeper: Supervisor, holding: dict[str, dict[str, float]]) -> int:
     recoveries = [r.recovery_s for r in chaos.records]
     worst = max((r for r in recoveries if r is not None), default=0.0)
     growth = memory.growth()
@@ -493,7 +513,7 @@ def report(args: argparse.Namespace, result: Audit, took: float, stream: Stream,
         "faults": [asdict(r) for r in chaos.records], "collateral_restarts": keeper.restarts,
         "audit": asdict(result), "converged": result.clean(), "final_convergence_s": round(took, 1),
         "worst_recovery_s": worst, "unrecovered_faults": sum(r is None for r in recoveries),
-        "memory": growth, "memory_samples": memory.samples,
+        "memory": growth, "vnodes_holding_at_stop": holding, "memory_samples": memory.samples,
     }
     written = write_results(args, "soak", out)
     print("\n=== chaos soak ===")
@@ -511,6 +531,8 @@ def report(args: argparse.Namespace, result: Audit, took: float, stream: Stream,
         print(f"memory {key} ({g['minutes']:.0f} min): {g['warm_mib']:.0f} MiB after warm-up → {g['end_mib']:.0f} MiB "
               f"at the end "
               f"(max {g['max_mib']:.0f}, {g['growth']:+.1%})")
+    for name, h in holding.items():
+        print(f"{name} held when the stream stopped: " + ", ".join(f"{k} {v:.0f}" for k, v in h.items()))
     print(f"written to {written}")
     ok = result.clean() and not grown and not out["unrecovered_faults"]
     print("PASS" if ok else "FAIL")

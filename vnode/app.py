@@ -23,7 +23,7 @@ from vnode import gangs, metrics, naming
 from vnode.binder import Binder
 from vnode.caches import KUEUE_WORKLOADS, Caches
 from vnode.config import VnodeConfig
-from vnode.events import Recorder
+from vnode.events import Backlog, Recorder
 from vnode.kubelet import KubeletAPI, ssl_context
 from vnode.node import VirtualNode
 from vnode.pods import PodReconciler
@@ -55,7 +55,7 @@ class Vnode:
                                 self.recorder, cfg.max_pods, cfg.heartbeat_s, cfg.unreachable_after_s)
         self.events = WorkQueue("events", max_delay=5.0)
         self.groups = WorkQueue("groups", max_delay=5.0)
-        self._replayed: set[str] = set()  # compute events known only from a list, not from a change
+        self.backlog = Backlog()  # compute events waiting to be mirrored
         self._wire()
 
     def _wire(self) -> None:
@@ -96,11 +96,10 @@ class Vnode:
     def _compute_event(self, kind: str, ev: Obj) -> None:
         key = f"{ev['metadata']['namespace']}/{ev['metadata']['name']}"
         if kind == "DELETED":
+            self.backlog.discard(key)
             return
-        if kind == "SYNC":  # read again after a (re)start: mirrored before, unless it is missing upstream
-            self._replayed.add(key)
-        else:
-            self._replayed.discard(key)
+        # SYNC: read again after a (re)start or relist: mirrored before, unless it is missing upstream
+        self.backlog.put(key, ev, replayed=kind == "SYNC")
         self.events.add(key)
 
     async def mirror_event(self, key: str) -> None:
@@ -108,11 +107,10 @@ class Vnode:
         if not self.caches.synced():  # its pod may not be cached yet: dropping it would lose it
             self.events.add_after(key, 0.5)
             return
-        replayed = key in self._replayed
-        self._replayed.discard(key)
-        ev = self.caches.compute_events.store.get(key)
-        if ev is None:
+        waiting = self.backlog.take(key)
+        if waiting is None:
             return
+        ev, replayed = waiting
         target = self._event_target(ev.get("involvedObject") or {})
         if target is None:
             return
@@ -170,6 +168,7 @@ class Vnode:
             metrics.COMPUTE_REACHABLE.set(1 if reachable else 0)
             for q in (self.pods.queue, self.binder.queue, self.events, self.groups):
                 metrics.QUEUE_DEPTH.labels(q.name).set(len(q))
+            metrics.EVENT_BACKLOG.set(len(self.backlog))
             if len(self.pods.queue):  # long work shows progress
                 log.info("reconciling", pods_queued=len(self.pods.queue),
                          compute_pods_created=self.pods.created, status_writes=self.pods.status_writes)

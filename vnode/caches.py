@@ -8,7 +8,7 @@ from typing import Any
 
 from ferry.kube.informer import Informer
 from ferry.kube.rest import Rest, path
-from vnode import naming
+from vnode import metrics, naming
 from vnode.translate import Bridge
 
 Obj = dict[str, Any]
@@ -33,8 +33,10 @@ class Caches:
         ns = b.namespace
         backoff = 1.0  # reconnect fast: convergence after an outage is bounded by this
 
-        def inf(name: str, rest: Rest, url: str, transform: Any = None, **q: Any) -> Informer:
-            return Informer(name, rest.lister(url, **q), max_backoff_s=backoff, transform=transform)
+        def inf(name: str, rest: Rest, url: str, transform: Any = None, cache: bool = True, **q: Any) -> Informer:
+            made = Informer(name, rest.lister(url, **q), max_backoff_s=backoff, transform=transform, cache=cache)
+            metrics.CACHED_OBJECTS.labels(name).set_function(lambda: len(made.store))
+            return made
 
         self.tenant_pods = inf("tenant-pods", tenant, path("", "v1", "pods"))
         self.tenant_configmaps = inf("tenant-configmaps", tenant, path("", "v1", "configmaps"))
@@ -52,7 +54,9 @@ class Caches:
                                     labelSelector=owned)
         self.compute_groups = inf("compute-podgroups", compute, path(*FERRY_PG[:2], "podgroups", ns),
                                   labelSelector=owned)
-        self.compute_events = inf("compute-events", compute, path("", "v1", "events", ns), transform=slim_event)
+        # a stream: each Event waits in the app's Backlog until mirrored, none is cached
+        self.compute_events = inf("compute-events", compute, path("", "v1", "events", ns), transform=slim_event,
+                                  cache=False)
         self.compute_nodes = inf("compute-nodes", compute, path("", "v1", "nodes"))
         self.compute_queues = inf("compute-queues", compute, path(*QUEUES), fieldSelector=f"metadata.name={b.queue}")
 

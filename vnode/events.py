@@ -83,3 +83,32 @@ class Recorder:
                 metrics.EVENTS_DROPPED.labels(reason).inc()
                 return True  # nothing more to try
             return False
+
+
+class Backlog:
+    """Compute Events waiting to be mirrored, bounded. The compute apiserver keeps Events for its
+    ``--event-ttl`` (an hour by default), so caching them all grows the vnode with every pod it ever
+    ran; each is needed only until it is mirrored. Past ``limit`` the oldest waiting one is dropped and
+    counted (a burst of events must not grow the vnode without bound either)."""
+
+    def __init__(self, limit: int = 5000) -> None:
+        self.limit = limit
+        self._waiting: dict[str, tuple[Obj, bool]] = {}
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def put(self, key: str, event: Obj, replayed: bool) -> None:
+        """``replayed``: read by a (re)list, so possibly mirrored by an earlier run; a watched change
+        overrides that."""
+        self._waiting.pop(key, None)  # the newest version goes to the back
+        self._waiting[key] = (event, replayed)
+        while len(self._waiting) > self.limit:
+            del self._waiting[next(iter(self._waiting))]
+            metrics.EVENT_BACKLOG_DROPPED.inc()
+
+    def discard(self, key: str) -> None:
+        self._waiting.pop(key, None)
+
+    def take(self, key: str) -> tuple[Obj, bool] | None:
+        return self._waiting.pop(key, None)

@@ -25,3 +25,8 @@ STREAMS = Counter("kube_ferry_vnode_streams_total", "exec / attach / port-forwar
                   "the tenant apiserver asked for", ["kind", "protocol"], registry=REGISTRY)
 EVENTS_DROPPED = Counter("kube_ferry_vnode_events_dropped_total", "Events the tenant API did not take (best effort: "
                          "an event never blocks the work it reports), by reason", ["reason"], registry=REGISTRY)
+EVENT_BACKLOG_DROPPED = Counter("kube_ferry_vnode_event_backlog_dropped_total", "Compute Events not mirrored: more "
+                                "were waiting than the backlog holds", registry=REGISTRY)
+EVENT_BACKLOG = Gauge("kube_ferry_vnode_event_backlog", "Compute Events waiting to be mirrored", registry=REGISTRY)
+CACHED_OBJECTS = Gauge("kube_ferry_vnode_cached_objects", "Objects held by each informer cache", ["cache"],
+                       registry=REGISTRY)

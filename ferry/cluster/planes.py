@@ -49,6 +49,7 @@ class Shape:
     gpus_per_node: int = 8
     base_port: int | None = None
     tenant_gpu_nodes: int = 0  # GPU nodes of each tenant's own (local first, the shared cluster when full)
+    own_etcd: tuple[str, ...] = ()  # clusters with an etcd of their own (the rest share one)
 
     def validate(self) -> None:
         if not 0 <= self.tenants <= 50:
@@ -108,11 +109,10 @@ class ControlPlanes:
         (self.dir / "logs").mkdir(exist_ok=True)
         ports = self._ports
         try:
-            etcd_client, etcd_peer = ports.take("etcd client"), ports.take("etcd peer")
-            etcd_url = f"http://127.0.0.1:{etcd_client}"
-            self._add(0, self._etcd_spec(etcd_client, etcd_peer))
+            shared = self._add_etcd("etcd")
             for name in [COMPUTE, *self.tenant_names]:
                 info = self._make_cluster(name, ports.take(f"{name} apiserver"))
+                etcd_url = self._add_etcd(f"etcd-{name}") if name in self.shape.own_etcd else shared
                 self._add(1, self._apiserver_spec(info, etcd_url))
                 self._add(2, self._kcm_spec(info, ports.take(f"{name} controller-manager")))
                 if name != COMPUTE:
@@ -176,19 +176,25 @@ class ControlPlanes:
     def _log(self, component: str) -> Path:
         return self.dir / "logs" / f"{component}.log"
 
-    def _etcd_spec(self, client_port: int, peer_port: int) -> ComponentSpec:
+    def _add_etcd(self, name: str) -> str:
+        """An etcd (its data in ``<dir>/<name>``); returns its client URL."""
+        client, peer = self._ports.take(f"{name} client"), self._ports.take(f"{name} peer")
+        self._add(0, self._etcd_spec(name, client, peer))
+        return f"http://127.0.0.1:{client}"
+
+    def _etcd_spec(self, name: str, client_port: int, peer_port: int) -> ComponentSpec:
         client_url, peer_url = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
         return ComponentSpec(
-            name="etcd",
+            name=name,
             argv=[
-                str(self.bin.path("etcd")), "--name=ferry", f"--data-dir={self.dir / 'etcd'}",
+                str(self.bin.path("etcd")), "--name=ferry", f"--data-dir={self.dir / name}",
                 f"--listen-client-urls={client_url}", f"--advertise-client-urls={client_url}",
                 f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
                 f"--initial-cluster=ferry={peer_url}", "--unsafe-no-fsync=true",
                 "--auto-compaction-mode=periodic", "--auto-compaction-retention=5m",
                 "--quota-backend-bytes=8589934592", "--log-level=warn",
             ],
-            log=self._log("etcd"),
+            log=self._log(name),
             probe=http_probe("127.0.0.1", client_port, "/health"),
             ports=(client_port, peer_port),
         )
@@ -467,8 +473,7 @@ def read_state(directory: Path) -> dict[str, object] | None:
 
 def clean_dir(directory: Path) -> None:
     """Remove what a previous run left (state, etcd data) but keep logs for post-mortems."""
-    for child in ("etcd", STATE_FILE):
-        path = directory / child
+    for path in [*directory.glob("etcd*"), directory / STATE_FILE]:
         if path.is_dir():
             shutil.rmtree(path)
         else:

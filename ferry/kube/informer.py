@@ -83,8 +83,11 @@ def _raise_for(resp: Any, data: Obj) -> None:
 class Informer:
     def __init__(self, name: str, lister: Lister, on_change: Callable[[str, Obj], None] | None = None,
                  watch_timeout_s: int = 240, max_backoff_s: float = 10.0,
-                 transform: Callable[[Obj], Obj] | None = None) -> None:
+                 transform: Callable[[Obj], Obj] | None = None, cache: bool = True) -> None:
+        """``cache=False``: a stream, not a cache -- every object is handed to ``on_change`` (SYNC for
+        each listed one) and none is kept, for kinds that pile up and are read once (Events)."""
         self.name = name
+        self._cache = cache
         self._lister = lister
         self.on_change = on_change
         self.transform = transform or compact
@@ -121,7 +124,7 @@ class Informer:
             o.setdefault("kind", kind)
         gone = [k for k in self.store if k not in fresh]
         old = self.store
-        self.store = fresh
+        self.store = fresh if self._cache else {}
         for k in gone:
             self._notify("DELETED", old[k])
         for o in fresh.values():
@@ -154,7 +157,7 @@ class Informer:
                 key = key_of(obj)
                 if etype == "DELETED":
                     self.store.pop(key, None)
-                else:
+                elif self._cache:
                     self.store[key] = obj
                 self._notify(etype, obj)
 

@@ -17,7 +17,7 @@ import datetime as dt
 import math
 import re
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -44,9 +44,13 @@ IDLE_PERIODS = 5  # with nothing new, a cycle every this many periods
 # Why jobs wait is written as Events and PodGroup conditions: a reason whose numbers alone changed is
 # written again at most this often, and at most this many jobs are explained per cycle (the rest next
 # cycle; kube_ferry_explanations_deferred_total counts them), so a flood of waiting jobs costs the API
-# server a bounded number of writes.
+# server a bounded number of writes. They are written in the background, at most this many at once and
+# one cycle's batch at a time (kube-scheduler's asynchronous API calls: a status write never holds up a
+# binding), so a flood of waiting jobs neither delays the next cycle nor queues ahead of another
+# tenant's bindings.
 REEXPLAIN_AFTER_S = 30.0
 EXPLANATIONS_PER_CYCLE = 200
+EXPLANATION_WRITERS = 8
 _NUMBER = re.compile(r"\d+(\.\d+)?")
 log = structlog.get_logger("ferry.scheduler")
 
@@ -93,6 +97,9 @@ class SchedulerService:
         self._said: dict[str, tuple[str, str, str, float]] = {}
         self._queue_status: dict[str, dict[str, Any]] = {}
         self._sem = asyncio.Semaphore(self.config.write_concurrency)
+        self._explaining = asyncio.Semaphore(EXPLANATION_WRITERS)  # of the writes above, explanations
+        self._explained: dict[str, asyncio.Task[None]] = {}  # job -> its explanation, written in the background
+        self._reporting: dict[str, asyncio.Task[None]] = {}  # object -> its status report being written
         self.cycles = 0
         self._binder: asyncio.TaskGroup | None = None  # where bindings run while the service runs
         self.leading = asyncio.Event()
@@ -252,7 +259,7 @@ class SchedulerService:
             }
             uid = str(obj["metadata"].get("uid", ""))  # a Queue deleted and made again is a new object
             if self._queue_status.get(uid) != status:
-                writes.append(self._write_queue_status(q.name, uid, status))
+                writes += self._report(f"queue {uid}", partial(self._write_queue_status, q.name, uid, status))
         live = {str(o["metadata"].get("uid", "")) for o in self.queues.store.values()}
         for gone in [u for u in self._queue_status if u not in live]:
             del self._queue_status[gone]
@@ -318,10 +325,13 @@ class SchedulerService:
             else:
                 writes.append(bind)
         for d in result.decisions:
+            # a job's new status lands after any explanation of why it waited still being written
             if isinstance(d, JobStatus) and d.phase == "Privileged":  # waiting for its victims to leave
-                writes.append(self._job_status(snap, d.job, d.phase, "Scheduled", "False", "Preempting", d.reason))
+                writes.append(self._after_explained(d.job, self._job_status(
+                    snap, d.job, d.phase, "Scheduled", "False", "Preempting", d.reason)))
             elif isinstance(d, JobStatus):
-                writes.append(self._job_status(snap, d.job, d.phase, "Scheduled", "True", "Scheduled", d.reason))
+                writes.append(self._after_explained(d.job, self._job_status(
+                    snap, d.job, d.phase, "Scheduled", "True", "Scheduled", d.reason)))
             elif isinstance(d, NotifyWillEvict):
                 metrics.PREEMPTIONS.inc()
                 writes.append(self._notify(snap, d))
@@ -330,7 +340,9 @@ class SchedulerService:
         reasons = {**{j: ("Unschedulable", r) for j, r in result.pending_reasons.items()},
                    **{j: ("Waiting", r) for j, r in snap.waiting.items()},
                    **{j: ("InvalidSpec", r) for j, r in snap.problems.items()}}
-        budget, now_m = EXPLANATIONS_PER_CYCLE, time.monotonic()
+        self._explained = {j: t for j, t in self._explained.items() if not t.done()}
+        self._reporting = {k: t for k, t in self._reporting.items() if not t.done()}
+        budget, now_m = 0 if self._explained else EXPLANATIONS_PER_CYCLE, time.monotonic()  # one batch at a time
         for job, (reason, message) in reasons.items():
             incarnation = _uid(snap.group_of.get(job))
             said = self._said.get(job)
@@ -348,7 +360,11 @@ class SchedulerService:
             event = said is None or said[1] != reason or reason != "Waiting"
             self._said[job] = (incarnation, reason, message, now_m)
             metrics.ATTEMPTS.labels("unschedulable").inc()
-            writes.append(self._explain(snap, job, reason, message, event))
+            if self._binder is not None:
+                self._explained[job] = self._binder.create_task(
+                    _logged("explanation", self._explain(snap, job, reason, message, event)))
+            else:
+                writes.append(self._explain(snap, job, reason, message, event))
         for job in [j for j in self._said if j not in snap.pods_of]:  # gone, or ended
             del self._said[job]
         written = {d.job for d in result.decisions
@@ -376,8 +392,19 @@ class SchedulerService:
                     "type": "Scheduled", "status": "True", "reason": "Finished",
                     "message": f"every member ended: {counts.succeeded} succeeded, {counts.failed} failed",
                     "lastTransitionTime": _now_iso()}]
-            writes.append(self._patch_group_status(group, want))
+            writes += self._report(f"group {_uid(group)}", partial(self._patch_group_status, group, want))
         return writes
+
+    def _report(self, key: str, write: Callable[[], Awaitable[Any]]) -> list[Awaitable[Any]]:
+        """A level-triggered status report (a Queue's, a PodGroup's counts) is written off the cycle's path,
+        one per object at a time: the next cycle writes whatever still differs. Returns what the caller
+        awaits itself (all of it outside the running service, whose tests drive cycles one by one)."""
+        if self._binder is None:
+            return [write()]
+        running = self._reporting.get(key)
+        if running is None or running.done():
+            self._reporting[key] = self._binder.create_task(_logged(key, write()))
+        return []
 
     def _assume(self, snap: Snapshot, job: str, decisions: list[Bind]) -> list[tuple[Obj, Bind]]:
         pods = snap.pods_of[job]
@@ -483,6 +510,16 @@ class SchedulerService:
         return all(accepted)
 
     async def _explain(self, snap: Snapshot, job: str, reason: str, message: str, event: bool) -> None:
+        async with self._explaining:
+            await self._write_explanation(snap, job, reason, message, event)
+
+    async def _after_explained(self, job: str, write: Awaitable[Any]) -> None:
+        explanation = self._explained.get(job)
+        if explanation is not None:
+            await asyncio.wait([explanation])
+        await write
+
+    async def _write_explanation(self, snap: Snapshot, job: str, reason: str, message: str, event: bool) -> None:
         writes: list[Awaitable[Any]] = []
         if event:
             for pod in snap.pods_of.get(job, {}).values():
@@ -528,6 +565,15 @@ class SchedulerService:
         return self._guard("podgroup status", self.custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, meta["namespace"], "podgroups", meta["name"], {"status": status},
             _content_type="application/merge-patch+json"))
+
+
+async def _logged(what: str, write: Awaitable[Any]) -> None:
+    """A write in the background: a failure (the API server unreachable) is logged, and the next cycle
+    tries again; it must not end the task group the service runs in."""
+    try:
+        await write
+    except Exception as exc:
+        log.warning("write failed", what=what, error=str(exc)[:200])
 
 
 def _uid(obj: Obj | None) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from ferry.kube.informer import Informer
 
 
@@ -36,3 +38,31 @@ def test_an_answer_to_our_write_fills_a_gap_but_never_replaces_a_newer_watched_v
     assert inf.store["ns/q"] is opaque
     inf.remember({"metadata": {"name": "q", "namespace": "ns", "resourceVersion": "b9"}}, replaces=opaque)
     assert inf.store["ns/q"]["metadata"]["resourceVersion"] == "b9"
+
+
+class _Answer:
+    status = 200
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        self._body = body
+
+    async def read(self) -> bytes:
+        return orjson.dumps(self._body)
+
+
+async def test_a_stream_hands_every_listed_object_on_and_keeps_none() -> None:
+    items = [{"metadata": {"name": f"e{i}", "namespace": "ns", "resourceVersion": str(i)}} for i in range(3)]
+
+    async def lister(**_: Any) -> _Answer:
+        return _Answer({"kind": "EventList", "metadata": {"resourceVersion": "9"}, "items": items})
+
+    seen: list[tuple[str, str]] = []
+    stream = Informer("events", lister, lambda kind, o: seen.append((kind, o["metadata"]["name"])), cache=False)
+    await stream._list()
+    await stream._list()  # a relist: nothing was kept, so nothing reads as deleted
+    assert seen == [("SYNC", "e0"), ("SYNC", "e1"), ("SYNC", "e2")] * 2
+    assert stream.store == {}
+
+    cached = Informer("events", lister, cache=True)
+    await cached._list()
+    assert sorted(cached.store) == ["ns/e0", "ns/e1", "ns/e2"]

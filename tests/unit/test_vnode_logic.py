@@ -288,3 +288,25 @@ def test_a_tenant_groups_minimums_are_copied_only_when_they_make_sense() -> None
     for wrong in ({"worker": -1}, {"worker": "abc"}, {"worker": 10 ** 9}, ["worker"]):
         with pytest.raises(InvalidGroup, match="PodGroup g: minTaskMember"):
             min_task_member("g", wrong)
+
+
+def test_the_event_backlog_keeps_the_newest_version_and_drops_the_oldest_past_its_bound() -> None:
+    from vnode import metrics
+    from vnode.events import Backlog
+
+    def ev(name: str, count: int) -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": "ns"}, "count": count}
+
+    backlog = Backlog(limit=2)
+    dropped = metrics.EVENT_BACKLOG_DROPPED._value.get()
+    backlog.put("ns/a", ev("a", 1), replayed=True)
+    backlog.put("ns/b", ev("b", 1), replayed=True)
+    backlog.put("ns/a", ev("a", 2), replayed=False)  # a watched change: newest, not a replay, now youngest
+    backlog.put("ns/c", ev("c", 1), replayed=False)  # over the bound: the oldest waiting (b) goes
+    assert len(backlog) == 2
+    assert metrics.EVENT_BACKLOG_DROPPED._value.get() == dropped + 1
+    assert backlog.take("ns/b") is None
+    assert backlog.take("ns/a") == (ev("a", 2), False)
+    assert backlog.take("ns/a") is None  # mirrored once
+    backlog.discard("ns/c")
+    assert len(backlog) == 0
