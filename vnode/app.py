@@ -16,6 +16,7 @@ import structlog
 from aiohttp import web
 
 from ferry.health import make_app, serve
+from ferry.keys import POD_GROUP_LABEL
 from ferry.kube.rest import Rest, api_client
 from ferry.kube.workqueue import WorkQueue
 from ferry.shutdown import run_until_signalled
@@ -61,22 +62,27 @@ class Vnode:
     def _wire(self) -> None:
         c = self.caches
 
-        def tenant_pod(kind: str, pod: Obj) -> None:
-            self.pods.on_tenant_pod(kind, pod)
-            self.binder.on_tenant_pod(kind, pod)
-
-        c.tenant_pods.on_change = tenant_pod
+        c.tenant_pods.on_change = self.pods.on_tenant_pod
+        c.tenant_unbound.on_change = self.binder.on_tenant_pod
         self.binder.on_bound = self.pods.on_tenant_pod
         c.compute_pods.on_change = self.pods.on_compute_pod
         for kind, inf in c.tenant_groups.items():
             inf.on_change = self.binder.on_tenant_group(kind)
-        c.compute_groups.on_change = lambda kind, g: self.groups.add(f"{g['metadata']['namespace']}/"
-                                                                     f"{g['metadata']['name']}")
+        c.compute_groups.on_change = self._compute_group_changed
         c.compute_events.on_change = self._compute_event
         c.tenant_configmaps.on_change = self._dependency_changed("configMap")
         c.tenant_secrets.on_change = self._dependency_changed("secret")
         c.compute_nodes.on_change = lambda *_: self.node.changed.set()
         c.compute_queues.on_change = lambda *_: self.node.changed.set()
+
+    def _compute_group_changed(self, kind: str, group: Obj) -> None:
+        meta = group["metadata"]
+        self.groups.add(f"{meta['namespace']}/{meta['name']}")
+        if kind == "DELETED":  # members still waiting need it back (PodReconciler -> Gangs.restore)
+            members = [p for p in self.caches.compute_pods.store.values()
+                       if p["metadata"].get("labels", {}).get(POD_GROUP_LABEL) == meta["name"]]
+            for key in filter(None, map(self.pods.tenant_key_of, members)):
+                self.pods.queue.add(key)
 
     def _dependency_changed(self, kind: str) -> Any:
         """A tenant ConfigMap/Secret changed: re-reconcile the forwarded pods that use it."""
@@ -187,7 +193,7 @@ class Vnode:
             last_sweep = loop.time()
             try:
                 await self.pods.copies.sweep(self.cfg.gc_min_age_s)
-                for group in self.pods.gangs.stale_groups():
+                for group in self.pods.gangs.stale_groups(self.cfg.gc_min_age_s):
                     await self.compute.delete(f"/apis/scheduling.kubeferry.io/v1alpha1/namespaces/"
                                               f"{self.b.namespace}/podgroups/{group['metadata']['name']}")
                     self.caches.compute_groups.store.pop(f"{self.b.namespace}/{group['metadata']['name']}", None)

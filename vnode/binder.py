@@ -62,7 +62,7 @@ class Binder:
             if group is not None:
                 await self.gangs.admit(kind, group)
             return
-        pod = self.caches.tenant_pods.store.get(rest)
+        pod = self.caches.tenant_unbound.store.get(rest)
         if pod is None or not self.wants(pod):
             return
         meta = pod["metadata"]
@@ -88,6 +88,7 @@ class Binder:
         # Assume the binding (as kube-scheduler does): forwarding starts now, not once the pod's watch
         # event has come back through a busy tenant apiserver. The event replaces this copy.
         bound = {**pod, "spec": {**pod.get("spec", {}), "nodeName": self.node}}
-        self.caches.tenant_pods.remember(bound, replaces=pod)
+        self.caches.tenant_unbound.store.pop(rest, None)  # its watch event moves it to the node's cache
+        self.caches.tenant_pods.remember(bound)
         if self.on_bound is not None:
             self.on_bound("ASSUMED", self.caches.tenant_pods.store.get(rest, bound))

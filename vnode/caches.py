@@ -38,7 +38,10 @@ class Caches:
             metrics.CACHED_OBJECTS.labels(name).set_function(lambda: len(made.store))
             return made
 
-        self.tenant_pods = inf("tenant-pods", tenant, path("", "v1", "pods"))
+        # As a kubelet: the pods on this node, and (for the binder) the pods not on any node yet -- never
+        # the tenant's pods on its other nodes, however many there are.
+        self.tenant_pods = inf("tenant-pods", tenant, path("", "v1", "pods"), fieldSelector=f"spec.nodeName={b.node}")
+        self.tenant_unbound = inf("tenant-unbound-pods", tenant, path("", "v1", "pods"), fieldSelector="spec.nodeName=")
         self.tenant_configmaps = inf("tenant-configmaps", tenant, path("", "v1", "configmaps"))
         self.tenant_secrets = inf("tenant-secrets", tenant, path("", "v1", "secrets"))
         self.tenant_groups: dict[str, Informer] = {}
@@ -62,7 +65,8 @@ class Caches:
 
     @property
     def tenant_side(self) -> list[Informer]:
-        return [self.tenant_pods, self.tenant_configmaps, self.tenant_secrets, *self.tenant_groups.values()]
+        return [self.tenant_pods, self.tenant_unbound, self.tenant_configmaps, self.tenant_secrets,
+                *self.tenant_groups.values()]
 
     @property
     def compute_side(self) -> list[Informer]:

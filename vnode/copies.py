@@ -8,14 +8,13 @@ tenant object changes and collected by :meth:`Copies.sweep` once no owned pod re
 from __future__ import annotations
 
 import time
-from datetime import datetime
 from typing import Any
 
 import structlog
 
 from ferry.keys import PREFIX
 from ferry.kube.rest import Rest, path, status_of
-from vnode import metrics, naming
+from vnode import metrics, naming, status
 from vnode.caches import Caches
 from vnode.translate import Bridge, content_digest, copy_of, needs_of, token_secret_name
 
@@ -28,10 +27,6 @@ log = structlog.get_logger("ferry.vnode.copies")
 
 class MissingDependency(Exception):
     """A referenced ConfigMap/Secret does not exist (yet): the pod waits, as on a kubelet."""
-
-
-def _ts(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 class Copies:
@@ -134,7 +129,7 @@ class Copies:
         if source.get("audience"):
             req["spec"]["audiences"] = [source["audience"]]
         resp = await self.tenant.create(path("", "v1", "serviceaccounts", meta["namespace"], sa, "token"), req)
-        expires = _ts(resp["status"]["expirationTimestamp"])
+        expires = status.epoch(resp["status"]["expirationTimestamp"])
         body: Obj = {
             "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
             "metadata": {"name": name, "namespace": self.b.namespace,
@@ -174,8 +169,7 @@ class Copies:
                               ("services", self.caches.compute_services.store)):
             for obj in list(cache.values()):
                 meta = obj["metadata"]
-                if meta["name"] in used[plural] or now - _ts(meta.get("creationTimestamp") or
-                                                             "1970-01-01T00:00:00Z") < min_age_s:
+                if meta["name"] in used[plural] or now - status.epoch(meta.get("creationTimestamp")) < min_age_s:
                     continue
                 try:
                     await self.compute.delete(path("", "v1", plural, self.b.namespace, meta["name"]))

@@ -7,6 +7,7 @@ Training-Operator creates no pods before that.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import structlog
@@ -14,7 +15,7 @@ import structlog
 from ferry.keys import POD_GROUP_LABEL, TIER_ANNOTATION
 from ferry.kube import quantity
 from ferry.kube.rest import Rest, message_of, path, status_of
-from vnode import naming
+from vnode import naming, status
 from vnode.caches import FERRY_PG, PLUGINS_PG, VOLCANO_PG, Caches
 from vnode.translate import Bridge, GangRef, gang_of
 
@@ -214,17 +215,31 @@ class Gangs:
             return
         await self._write_status(kind, group, want)
 
-    async def _write_status(self, kind: str, group: Obj, status: Obj) -> None:
+    async def _write_status(self, kind: str, group: Obj, fields: Obj) -> None:
         meta = group["metadata"]
         url = path(*_gvr(kind), meta["namespace"], meta["name"])
         try:
-            await self.tenant.patch(url + "/status", {"status": status})
+            await self.tenant.patch(url + "/status", {"status": fields})
         except Exception as exc:
             if status_of(exc) != 404:
                 raise
-            await self.tenant.patch(url, {"status": status})  # a CRD without the status subresource
+            await self.tenant.patch(url, {"status": fields})  # a CRD without the status subresource
 
-    def stale_groups(self) -> list[Obj]:
-        """Compute PodGroups none of whose owned pods remain."""
+    def stale_groups(self, min_age_s: float) -> list[Obj]:
+        """Compute PodGroups none of whose owned pods remain, older than ``min_age_s`` (a group is made
+        before its pods: a sweep between the two, or while a compute outage holds the pods back, must
+        not take it)."""
         used = {p["metadata"].get("labels", {}).get(POD_GROUP_LABEL) for p in self.caches.compute_pods.store.values()}
-        return [g for g in self.caches.compute_groups.store.values() if g["metadata"]["name"] not in used]
+        born_before = time.time() - min_age_s
+        return [g for g in self.caches.compute_groups.store.values() if g["metadata"]["name"] not in used
+                and status.epoch(g["metadata"].get("creationTimestamp")) <= born_before]
+
+    async def restore(self, pod: Obj) -> None:
+        """A member still waiting in the compute cluster whose compute PodGroup is gone (deleted by hand, or
+        collected by an older vnode before its pods arrived) gets it back: the scheduler would otherwise
+        hold the gang forever."""
+        gang = gang_of(pod)
+        if gang is not None and f"{self.b.namespace}/{compute_group_name(self.b, gang)}" not in \
+                self.caches.compute_groups.store:
+            log.info("compute PodGroup missing: created again", group=gang.name, namespace=gang.namespace)
+            await self.ensure(pod)

@@ -140,6 +140,8 @@ class PodReconciler:
         refresh = await self.copies.ensure(tp)
         if refresh is not None:
             self.queue.add_after(key, max(refresh, 1.0))
+        if not cp.get("spec", {}).get("nodeName"):
+            await self.gangs.restore(tp)
         await self._mirror(key, tp, cp)
 
     async def _create(self, key: str, tp: Obj) -> None:

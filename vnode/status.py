@@ -27,6 +27,11 @@ def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def epoch(stamp: str | None) -> float:
+    """An API timestamp in seconds since the epoch (none: the epoch itself, older than anything)."""
+    return datetime.fromisoformat((stamp or "1970-01-01T00:00:00Z").replace("Z", "+00:00")).timestamp()
+
+
 def conditions(status: Obj) -> dict[str, Obj]:
     return {c["type"]: c for c in status.get("conditions") or []}
 

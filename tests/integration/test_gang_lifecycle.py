@@ -222,3 +222,31 @@ async def test_a_recreated_gang_gets_a_fresh_compute_group(vnodes: dict[str, Com
     reasons = await eventually(mirrored("AfterReplay"), timeout=30, what="a later Event mirrored")
     assert "OldGangEvent" not in reasons, reasons
     assert "OldGangEvent" in await _reasons_on(tenant_api, tenant_ns, old_pod.metadata.uid), "it was mirrored once"
+
+
+async def test_a_waiting_gang_whose_compute_group_vanished_gets_it_back_and_runs(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """Found by the chaos soak: a compute PodGroup collected between its creation and its members' (a
+    compute outage held them back) left the gang waiting forever. Whatever removes it, members still
+    waiting bring it back."""
+    core = client.CoreV1Api(tenant_api)
+    await tenant_group(tenant_api, VOLCANO, tenant_ns, "phoenix", min_member=3)
+    for i in range(2):  # 2 of 3: the gang waits in the compute cluster
+        await core.create_namespaced_pod(tenant_ns, member(f"phoenix-{i}", "volcano", "phoenix", duration="60s"))
+    (group,) = await eventually(lambda: compute_groups(compute_api, tenant_ns), what="the compute PodGroup")
+    first_uid = group["metadata"]["uid"]
+    await client.CustomObjectsApi(compute_api).delete_namespaced_custom_object(
+        *FERRY, "tenant-1", "podgroups", group["metadata"]["name"])
+
+    async def back() -> Any:
+        groups = await compute_groups(compute_api, tenant_ns)
+        return groups if groups and groups[0]["metadata"]["uid"] != first_uid else None
+
+    await eventually(back, timeout=20, what="the compute PodGroup made again")
+    await core.create_namespaced_pod(tenant_ns, member("phoenix-2", "volcano", "phoenix", duration="60s"))
+
+    async def all_running() -> bool:
+        pods = (await core.list_namespaced_pod(tenant_ns)).items
+        return len(pods) == 3 and all(p.status.phase == "Running" for p in pods)
+
+    await eventually(all_running, timeout=60, what="the whole gang Running")

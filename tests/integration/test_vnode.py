@@ -604,3 +604,43 @@ async def test_service_account_token_is_renewed_before_it_expires(
         vnode.spec.argv.remove("--token-refresh-at=0.02")
         vnode.start()
         vnode.wait_ready()
+
+
+def _cached(vnode: Component) -> dict[str, float]:
+    """The vnode's informer cache sizes (its /metrics)."""
+    import re
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{vnode.spec.ports[1]}/metrics", timeout=5).read().decode()
+    return {m[0]: float(m[1]) for m in re.findall(r'kube_ferry_vnode_cached_objects\{cache="([^"]+)"\} (\S+)', text)}
+
+
+async def test_like_a_kubelet_the_vnode_caches_only_its_own_pods_and_those_not_yet_scheduled(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str,
+        vnodes: dict[str, Component]) -> None:
+    """A tenant cluster's pods on its other nodes are none of the vnode's business: its memory must not
+    grow with them (a tenant may run tens of thousands of CPU pods beside a few bridged ones)."""
+    core = client.CoreV1Api(tenant_api)
+    container = {"name": "c", "image": "cpu:1"}
+    node = f"cpu-{uuid.uuid4().hex[:6]}"  # a node of the tenant's own (a Node object: pod GC leaves its pods)
+    await core.create_node({"metadata": {"name": node}})
+    try:
+        for i in range(20):  # bound at creation: no scheduler involved
+            await core.create_namespaced_pod(tenant_ns, {"metadata": {"name": f"elsewhere-{i}"},
+                                                         "spec": {"nodeName": node, "containers": [container]}})
+        await core.create_namespaced_pod(tenant_ns, {"metadata": {"name": "unschedulable"}, "spec": {
+            "nodeSelector": {"no-such": "node"}, "containers": [container]}})
+        await running_pair(core, compute_api, tenant_ns, "mine")
+        await eventually(lambda: _caches_hold_only_their_pods(core, vnodes["tenant-1"]), timeout=30,
+                         what="the vnode's caches hold its pods and the unbound ones")
+        elsewhere = await core.list_namespaced_pod(tenant_ns, field_selector=f"spec.nodeName={node}")
+        assert len(elsewhere.items) == 20, "the pods elsewhere exist, uncached"
+    finally:
+        await core.delete_node(node)
+
+
+async def _caches_hold_only_their_pods(core: client.CoreV1Api, vnode: Component) -> bool:
+    cached = _cached(vnode)
+    on_node = await core.list_pod_for_all_namespaces(field_selector="spec.nodeName=ferry-tenant-1")
+    unbound = await core.list_pod_for_all_namespaces(field_selector="spec.nodeName=")
+    return cached.get("tenant-pods") == len(on_node.items) and cached.get("tenant-unbound-pods") == len(unbound.items)
