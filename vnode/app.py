@@ -104,7 +104,9 @@ class Vnode:
         if kind == "DELETED":
             self.backlog.discard(key)
             return
-        # SYNC: read again after a (re)start or relist: mirrored before, unless it is missing upstream
+        if kind == "SYNC" and self.caches.compute_events.seen_before(ev):
+            return  # a relist after an outage: watched (and queued) before it, not thousands of replays
+        # SYNC: read again after a start (or changed during an outage): mirrored before unless missing upstream
         self.backlog.put(key, ev, replayed=kind == "SYNC")
         self.events.add(key)
 

@@ -96,6 +96,7 @@ class Informer:
         self.store: dict[str, Obj] = {}
         self.synced = asyncio.Event()
         self._rv = ""
+        self.seen_until = ""  # the last version watched before the latest list ("" before the first)
         self.relists = 0
         self.error: str | None = None  # the last list/watch failure, None while the API answers
 
@@ -109,6 +110,12 @@ class Informer:
         current = self.store.get(key)
         if current is replaces or (current is not None and _newer(obj, current)):
             self.store[key] = self.transform(obj)
+
+    def seen_before(self, obj: Obj) -> bool:
+        """A relisted object no newer than what the watch had handed on before the list: a stream
+        (``cache=False``) need not act on it again after a mere reconnect."""
+        rv = obj.get("metadata", {}).get("resourceVersion", "")
+        return rv.isdigit() and self.seen_until.isdigit() and int(rv) <= int(self.seen_until)
 
     def _notify(self, kind: str, obj: Obj) -> None:
         if self.on_change is not None:
@@ -125,6 +132,7 @@ class Informer:
         gone = [k for k in self.store if k not in fresh]
         old = self.store
         self.store = fresh if self._cache else {}
+        self.seen_until = self._rv
         for k in gone:
             self._notify("DELETED", old[k])
         for o in fresh.values():

@@ -66,3 +66,21 @@ async def test_a_stream_hands_every_listed_object_on_and_keeps_none() -> None:
     cached = Informer("events", lister, cache=True)
     await cached._list()
     assert sorted(cached.store) == ["ns/e0", "ns/e1", "ns/e2"]
+
+
+async def test_after_a_relist_only_what_the_watch_had_not_handed_on_counts_as_new() -> None:
+    listed = [[{"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "3"}}],
+              [{"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "3"}},
+               {"metadata": {"name": "b", "namespace": "ns", "resourceVersion": "7"}}]]
+
+    async def lister(**_: Any) -> _Answer:
+        return _Answer({"metadata": {"resourceVersion": "9"}, "items": listed.pop(0)})
+
+    stream = Informer("events", lister, cache=False)
+    await stream._list()  # the first list: nothing was handed on before it
+    assert not stream.seen_before({"metadata": {"resourceVersion": "3"}})
+    stream._rv = "5"  # the watch went on to version 5, then broke
+    await stream._list()
+    assert stream.seen_before({"metadata": {"resourceVersion": "3"}})
+    assert not stream.seen_before({"metadata": {"resourceVersion": "7"}})
+    assert not stream.seen_before({"metadata": {"resourceVersion": "opaque"}})
