@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from ferry import binaries
 from ferry.cluster.planes import ControlPlanes, Shape, clean_dir
@@ -44,3 +49,21 @@ def write_results(args: argparse.Namespace, kind: str, figures: dict[str, Any]) 
     target = folder / f"{kind}.json"
     target.write_text(json.dumps(figures, indent=2))
     return target
+
+
+async def metrics_text(port: int) -> str | None:
+    """A local component's Prometheus metrics (None while it does not answer)."""
+    try:
+        async with aiohttp.ClientSession() as http, http.get(
+                f"http://127.0.0.1:{port}/metrics", timeout=aiohttp.ClientTimeout(total=2)) as resp:
+            return await resp.text()
+    except (aiohttp.ClientError, TimeoutError):
+        return None
+
+
+def samples(text: str, *names: str) -> Iterator[Sample]:
+    """The samples of the named series (``_sum``/``_count`` included) in Prometheus text."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in names:
+                yield sample

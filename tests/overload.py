@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import statistics
 import sys
 import time
@@ -28,15 +27,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from bench.bridge import cpu_by_component, submit
 from bench.throughput import percentile, until
 from ferry.cluster.planes import COMPUTE, ControlPlanes
 from ferry.keys import API_GROUP, API_VERSION
 from ferry.kube.informer import Informer
 from ferry.kube.rest import Rest, api_client, path
-from tests.long_runs import parser, say, two_tenants, write_results
+from tests.long_runs import metrics_text, parser, samples, say, two_tenants, write_results
 from vnode import naming
 
 Obj = dict[str, Any]
@@ -203,12 +200,10 @@ async def requests_served(rest: Rest) -> dict[str, float]:
     finally:
         resp.release()
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("apiserver_request_total{"):
-            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
-            what = f"{labels.get('verb')} {labels.get('resource')}" + (
-                f"/{labels['subresource']}" if labels.get("subresource") else "")
-            out[what] = out.get(what, 0.0) + float(line.rsplit(" ", 1)[1])
+    for s in samples(text, "apiserver_request_total"):
+        what = f"{s.labels.get('verb')} {s.labels.get('resource')}" + (
+            f"/{s.labels['subresource']}" if s.labels.get("subresource") else "")
+        out[what] = out.get(what, 0.0) + s.value
     return out
 
 
@@ -218,16 +213,10 @@ def _minus(after: dict[str, float], before: dict[str, float]) -> dict[str, float
 
 async def scheduler_timing(planes: ControlPlanes) -> dict[str, float]:
     """The Kube-Ferry scheduler's cycles and binding attempts so far: counts and summed seconds."""
-    port = planes.components["kube-ferry-scheduler"].spec.ports[0]
-    async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as resp:
-        text = await resp.text()
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        for name in ("kube_ferry_scheduling_cycle_duration_seconds", "kube_ferry_scheduling_attempt_duration_seconds"):
-            for part in ("_sum", "_count"):
-                if line.startswith(name + part + " "):
-                    out[name.split("_")[3] + part] = float(line.split()[1])
-    return out
+    text = await metrics_text(planes.components["kube-ferry-scheduler"].spec.ports[0]) or ""
+    series = {f"kube_ferry_scheduling_{what}_duration_seconds{part}": what + part
+              for what in ("cycle", "attempt") for part in ("_sum", "_count")}
+    return {series[s.name]: s.value for s in samples(text, *series)}
 
 
 def lower_priority(planes: ControlPlanes, tenant: str) -> list[str]:

@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 from kubernetes_asyncio.client import ApiClient
 
 from ferry.cluster.planes import COMPUTE, ControlPlanes
@@ -37,7 +36,7 @@ from ferry.keys import API_GROUP, API_VERSION, GPU, POD_GROUP_LABEL, SCHEDULER_N
 from ferry.kube import quantity
 from ferry.kube.rest import Rest, api_client, path, status_of
 from ferry.log import get as get_logger
-from tests.long_runs import parser, say, two_tenants, write_results
+from tests.long_runs import metrics_text, parser, samples, say, two_tenants, write_results
 from vnode import naming
 
 Obj = dict[str, Any]
@@ -372,36 +371,22 @@ class Memory:
         return out
 
 
-async def metrics_text(comp: Component, port: int) -> str | None:
-    """A component's Prometheus metrics (None while it does not answer)."""
-    try:
-        async with aiohttp.ClientSession() as http, http.get(
-                f"http://127.0.0.1:{port}/metrics", timeout=aiohttp.ClientTimeout(total=2)) as resp:
-            return await resp.text()
-    except (aiohttp.ClientError, TimeoutError):
-        return None
-
-
 async def held(comp: Component) -> dict[str, float]:
     """What a vnode holds at the end: objects per informer cache and Events waiting to be mirrored (what
     its memory would grow with)."""
-    text = await metrics_text(comp, comp.spec.ports[-1]) or ""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith(("kube_ferry_vnode_cached_objects{", "kube_ferry_vnode_event_backlog ")):
-            name, value = line.rsplit(" ", 1)
-            out[name.split('"')[1] if '"' in name else "event backlog"] = float(value)
-    return out
+    text = await metrics_text(comp.spec.ports[-1]) or ""
+    return {s.labels.get("cache", "event backlog"): s.value
+            for s in samples(text, "kube_ferry_vnode_cached_objects", "kube_ferry_vnode_event_backlog")}
 
 
 async def role(comp: Component) -> str:
     """"leader" or "standby" for a scheduler (its own metric says), "" for anything else."""
     if "scheduler" not in comp.name or not comp.spec.ports:
         return ""
-    text = await metrics_text(comp, comp.spec.ports[0])
+    text = await metrics_text(comp.spec.ports[0])
     if text is None:
         return "unknown"
-    leading = any(line.startswith("kube_ferry_leader ") and float(line.split()[1]) == 1 for line in text.splitlines())
+    leading = any(s.value == 1 for s in samples(text, "kube_ferry_leader"))
     return "leader" if leading else "standby"
 
 
