@@ -4,7 +4,8 @@ One model for the service's life (:mod:`scheduler.service.mirror`), fed by the i
 this replica's in-flight bindings assumed, so nothing is placed twice); each cycle applies what changed,
 runs one core cycle and writes its decisions: bindings (GPU devices recorded on the
 pod first), pending reasons as Events and PodGroup conditions, PodGroup phases. Writes for one job
-run concurrently, bounded across jobs by a semaphore; the API server, not the core, is the limit.
+run concurrently, bounded across jobs by a limit each namespace gets its turn at (:mod:`ferry.fairshare`);
+the API server, not the core, is the limit.
 Bindings run in the background once assumed, so a cycle never waits for them; a cycle runs when
 something it reads changed (not on every pod status update), or after at most one period.
 """
@@ -27,6 +28,7 @@ import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from ferry.fairshare import FairLimiter
 from ferry.keys import DEVICES_ANNOTATION, SCHEDULER_NAME, WILL_EVICT_AT, WILL_EVICT_BY
 from ferry.kube.informer import Informer, Obj, key_of
 from ferry.kube.rest import Rest, path
@@ -96,7 +98,9 @@ class SchedulerService:
         # job -> (PodGroup UID, reason, message, when) last written: Events are not repeated
         self._said: dict[str, tuple[str, str, str, float]] = {}
         self._queue_status: dict[str, dict[str, Any]] = {}
-        self._sem = asyncio.Semaphore(self.config.write_concurrency)
+        # shared by every write, handed out in turn by namespace (each belongs to one tenant's Queue): a
+        # tenant whose 400 bindings are queued does not hold up another tenant's one
+        self._writes = FairLimiter(self.config.write_concurrency)
         self._explaining = asyncio.Semaphore(EXPLANATION_WRITERS)  # of the writes above, explanations
         self._explained: dict[str, asyncio.Task[None]] = {}  # job -> its explanation, written in the background
         self._reporting: dict[str, asyncio.Task[None]] = {}  # object -> its status report being written
@@ -274,8 +278,8 @@ class SchedulerService:
                 _content_type="application/merge-patch+json")):
             self._queue_status[uid] = status
 
-    async def _guard(self, what: str, coro: Awaitable[Any]) -> bool:
-        async with self._sem:
+    async def _guard(self, what: str, coro: Awaitable[Any], namespace: str = "") -> bool:
+        async with self._writes.slot(namespace):
             try:
                 result = await coro
             except ApiException as exc:
@@ -449,7 +453,7 @@ class SchedulerService:
         if d.devices:
             body["metadata"]["annotations"] = {DEVICES_ANNOTATION: ",".join(map(str, d.devices))}
         ok = await self._guard(f"bind {ns}/{name}", self.rest.raw("POST", path("", "v1", "pods", ns, name, "binding"),
-                                                                  body))
+                                                                  body), ns)
         metrics.BINDINGS.labels("ok" if ok else "error").inc()
         return ok
 
@@ -464,7 +468,7 @@ class SchedulerService:
             meta = pod["metadata"]
             writes.append(self._guard("notice", self.core_api.patch_namespaced_pod(
                 meta["name"], meta["namespace"],
-                {"metadata": {"annotations": {WILL_EVICT_AT: at, WILL_EVICT_BY: d.preemptor}}})))
+                {"metadata": {"annotations": {WILL_EVICT_AT: at, WILL_EVICT_BY: d.preemptor}}}), meta["namespace"]))
             writes.append(self._will_evict_condition(pod, "True", "Preempting", d.reason))
             writes.append(self._event(pod, "Warning", "Preempting", d.reason))
         writes.append(self._job_status(snap, d.job, "WillEvict", "Evicting", "True", "Preempting", d.reason))
@@ -475,7 +479,7 @@ class SchedulerService:
         return self._guard("will-evict condition", self.core_api.patch_namespaced_pod_status(
             meta["name"], meta["namespace"], {"status": {"conditions": [{
                 "type": "kubeferry.io/WillEvict", "status": status, "reason": reason,
-                "message": message[:1024], "lastTransitionTime": _now_iso()}]}}))
+                "message": message[:1024], "lastTransitionTime": _now_iso()}]}}), meta["namespace"])
 
     async def _cancel(self, snap: Snapshot, d: CancelEviction) -> None:
         writes: list[Awaitable[Any]] = []
@@ -483,7 +487,8 @@ class SchedulerService:
             meta = pod["metadata"]
             writes.append(self._guard("cancel notice", self.core_api.patch_namespaced_pod(
                 meta["name"], meta["namespace"], {"metadata": {"annotations": {WILL_EVICT_AT: None,
-                                                                               WILL_EVICT_BY: None}}})))
+                                                                               WILL_EVICT_BY: None}}}),
+                                      meta["namespace"]))
             writes.append(self._will_evict_condition(pod, "False", "EvictionCancelled", d.reason))
             writes.append(self._event(pod, "Normal", "EvictionCancelled", d.reason))
         writes.append(self._job_status(snap, d.job, "Running", "Evicting", "False", "EvictionCancelled", d.reason))
@@ -502,7 +507,7 @@ class SchedulerService:
                     "metadata": {"name": meta["name"], "namespace": meta["namespace"]}}
             writes.append(self._event(pod, "Warning", "Preempted", reason))
             evictions.append(self._guard("evict", self.core_api.create_namespaced_pod_eviction(
-                meta["name"], meta["namespace"], body, _preload_content=False)))
+                meta["name"], meta["namespace"], body, _preload_content=False), meta["namespace"]))
         if only is None:
             writes.append(self._job_status(snap, job, "Evicted", "Evicting", "True", "Preempted", reason))
         accepted: list[bool] = list(await asyncio.gather(*evictions))
@@ -539,7 +544,7 @@ class SchedulerService:
             "source": {"component": SCHEDULER_NAME}, "reportingComponent": SCHEDULER_NAME,
             "reportingInstance": SCHEDULER_NAME, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
         }
-        await self._guard("event", self.core_api.create_namespaced_event(meta["namespace"], body))
+        await self._guard("event", self.core_api.create_namespaced_event(meta["namespace"], body), meta["namespace"])
 
     async def _job_status(self, snap: Snapshot, job: str, phase: str, ctype: str, status: str, reason: str,
                           message: str) -> None:
@@ -564,7 +569,7 @@ class SchedulerService:
         meta = group["metadata"]
         return self._guard("podgroup status", self.custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, meta["namespace"], "podgroups", meta["name"], {"status": status},
-            _content_type="application/merge-patch+json"))
+            _content_type="application/merge-patch+json"), meta["namespace"])
 
 
 async def _logged(what: str, write: Awaitable[Any]) -> None:
