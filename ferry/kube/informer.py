@@ -1,6 +1,6 @@
 """List-and-watch caches of raw API objects (client-go's reflector + store, in asyncio).
 
-Each informer lists once, then watches from the list's resourceVersion with bookmarks; a watch that
+Each informer lists once (in pages), then watches from the list's resourceVersion with bookmarks; a watch that
 ends is resumed from the last version seen, and a 410 Gone (history compacted) triggers a fresh list
 that replaces the store. Objects are kept as plain dicts keyed ``namespace/name``.
 """
@@ -53,6 +53,11 @@ def compact(obj: Obj) -> Obj:
     return obj
 
 
+def _same_version(a: Obj, b: Obj) -> bool:
+    ra = a.get("metadata", {}).get("resourceVersion", "")
+    return bool(ra) and ra == b.get("metadata", {}).get("resourceVersion")
+
+
 def _newer(a: Obj, b: Obj) -> bool:
     """``a`` is a later version than ``b``. Kubernetes' own apiservers issue resourceVersions as
     increasing integers and, since 1.35 (KEP-5504), promise they compare within a type; anything
@@ -83,7 +88,7 @@ def _raise_for(resp: Any, data: Obj) -> None:
 class Informer:
     def __init__(self, name: str, lister: Lister, on_change: Callable[[str, Obj], None] | None = None,
                  watch_timeout_s: int = 240, max_backoff_s: float = 10.0,
-                 transform: Callable[[Obj], Obj] | None = None, cache: bool = True) -> None:
+                 transform: Callable[[Obj], Obj] | None = None, cache: bool = True, page_size: int = 500) -> None:
         """``cache=False``: a stream, not a cache -- every object is handed to ``on_change`` (SYNC for
         each listed one) and none is kept, for kinds that pile up and are read once (Events)."""
         self.name = name
@@ -93,6 +98,7 @@ class Informer:
         self.transform = transform or compact
         self._timeout = watch_timeout_s
         self._max_backoff = max_backoff_s
+        self.page_size = page_size
         self.store: dict[str, Obj] = {}
         self.synced = asyncio.Event()
         self._rv = ""
@@ -122,13 +128,31 @@ class Informer:
             self.on_change(kind, obj)
 
     async def _list(self) -> None:
-        resp = await self._lister(_preload_content=False)
-        data = orjson.loads(await resp.read())
-        _raise_for(resp, data)
-        fresh = {key_of(o): self.transform(o) for o in data.get("items", [])}
-        kind = data.get("kind", "").removesuffix("List")
-        for o in fresh.values():  # list items carry no kind
-            o.setdefault("kind", kind)
+        """List in pages (client-go's reflector: 500 at a time), keeping the cached object of every item
+        whose version did not change: a relist after an outage then holds one page of new objects at a
+        time beside the store, not a second copy of it, and leaves the long-lived objects where they were
+        (Python keeps a heap block while any object in it lives, so a whole-list copy that replaced the
+        store would raise the process's memory for good at every relist)."""
+        fresh: dict[str, Obj] = {}
+        token, rv = "", ""
+        while True:
+            resp = await self._lister(_preload_content=False, limit=self.page_size, _continue=token or None)
+            data = orjson.loads(await resp.read())
+            _raise_for(resp, data)  # an expired continue token is a 410: list again from the start
+            kind = data.get("kind", "").removesuffix("List")
+            for o in data.get("items") or []:
+                key = key_of(o)
+                cached = self.store.get(key)
+                if cached is not None and _same_version(o, cached):
+                    fresh[key] = cached
+                    continue
+                o.setdefault("kind", kind)  # list items carry no kind
+                fresh[key] = self.transform(o)
+            meta = data.get("metadata", {})
+            rv = rv or meta.get("resourceVersion", "")  # every page is of the first page's version
+            token = meta.get("continue", "")
+            if not token:
+                break
         gone = [k for k in self.store if k not in fresh]
         old = self.store
         self.store = fresh if self._cache else {}
@@ -137,7 +161,7 @@ class Informer:
             self._notify("DELETED", old[k])
         for o in fresh.values():
             self._notify("SYNC", o)
-        self._rv = data.get("metadata", {}).get("resourceVersion", "")
+        self._rv = rv
         self.relists += 1
 
     async def _watch(self) -> None:

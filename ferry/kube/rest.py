@@ -216,8 +216,13 @@ class Rest:
 
         async def call(watch: bool = False, resource_version: str | None = None,
                        allow_watch_bookmarks: bool | None = None, timeout_seconds: int | None = None,
-                       _preload_content: bool = False) -> Any:
+                       _preload_content: bool = False, limit: int | None = None,
+                       _continue: str | None = None) -> Any:
             query: dict[str, Any] = dict(fixed)
+            if limit:
+                query["limit"] = limit
+            if _continue:
+                query["continue"] = _continue
             if watch:
                 query.update(watch=True, resourceVersion=resource_version or None,
                              allowWatchBookmarks=allow_watch_bookmarks, timeoutSeconds=timeout_seconds)

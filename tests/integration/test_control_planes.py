@@ -146,3 +146,30 @@ async def test_a_stopped_apiserver_comes_back(planes: ControlPlanes) -> None:
     comp.start()
     comp.wait_ready()
     assert "namespace/default" in kubectl(kc, planes.kubeconfig("tenant-2"), "get", "ns", "-o", "name").stdout
+
+
+async def test_informers_list_in_pages_through_the_real_servers_continue_tokens(
+        compute_api: client.ApiClient, compute_ns: str) -> None:
+    """Both kinds of lister an informer is given (the typed client's, ``Rest.lister``) page with
+    ``limit``/``continue`` against a real apiserver, and the pages add up to the whole list."""
+    from functools import partial
+    from typing import Any
+
+    from ferry.kube.informer import Informer
+    from ferry.kube.rest import Rest, path
+
+    core = client.CoreV1Api(compute_api)
+    for i in range(7):
+        await core.create_namespaced_config_map(compute_ns, {"metadata": {"name": f"cm-{i}"}})
+    typed = partial(core.list_namespaced_config_map, compute_ns)
+    for lister in (typed, Rest(compute_api).lister(path("", "v1", "configmaps", compute_ns))):
+        tokens: list[str | None] = []
+
+        async def paging(lister: Any = lister, tokens: list[str | None] = tokens, **kw: Any) -> Any:
+            tokens.append(kw.get("_continue"))
+            return await lister(**kw)
+
+        inf = Informer("configmaps", paging, page_size=3)
+        await inf._list()
+        assert {k for k in inf.store if "/cm-" in k} == {f"{compute_ns}/cm-{i}" for i in range(7)}
+        assert len(tokens) >= 3 and tokens[0] is None and all(tokens[1:]), tokens  # 7 + kube-root-ca.crt

@@ -84,3 +84,28 @@ async def test_after_a_relist_only_what_the_watch_had_not_handed_on_counts_as_ne
     assert stream.seen_before({"metadata": {"resourceVersion": "3"}})
     assert not stream.seen_before({"metadata": {"resourceVersion": "7"}})
     assert not stream.seen_before({"metadata": {"resourceVersion": "opaque"}})
+
+
+async def test_a_relist_reads_pages_and_keeps_every_unchanged_object_it_had() -> None:
+    def pod(name: str, rv: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": rv}}
+
+    pages = {None: {"metadata": {"resourceVersion": "20", "continue": "t1"}, "items": [pod("a", "1"), pod("b", "9")]},
+             "t1": {"metadata": {"resourceVersion": "20"}, "items": [pod("d", "12")]}}
+    asked: list[tuple[int, str | None]] = []
+
+    async def lister(limit: int, _continue: str | None = None, **_: Any) -> _Answer:
+        asked.append((limit, _continue))
+        return _Answer(pages[_continue])
+
+    seen: list[tuple[str, str]] = []
+    inf = Informer("pods", lister, lambda kind, o: seen.append((kind, o["metadata"]["name"])), page_size=2)
+    inf.store = {"ns/a": pod("a", "1"), "ns/b": pod("b", "5"), "ns/c": pod("c", "3")}
+    kept = inf.store["ns/a"]
+    await inf._list()
+    assert asked == [(2, None), (2, "t1")]
+    assert sorted(inf.store) == ["ns/a", "ns/b", "ns/d"]
+    assert inf.store["ns/a"] is kept  # unchanged: the cached object stays, the listed copy is dropped
+    assert inf.store["ns/b"]["metadata"]["resourceVersion"] == "9"
+    assert ("DELETED", "c") in seen and {n for k, n in seen if k == "SYNC"} == {"a", "b", "d"}
+    assert inf._rv == "20"
