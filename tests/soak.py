@@ -373,10 +373,13 @@ class Memory:
 
 async def held(comp: Component) -> dict[str, float]:
     """What a vnode holds at the end: objects per informer cache and Events waiting to be mirrored (what
-    its memory would grow with)."""
+    its memory would grow with), and the MiB of freed heap its incarnation handed back to the OS."""
     text = await metrics_text(comp.spec.ports[-1]) or ""
-    return {s.labels.get("cache", "event backlog"): s.value
-            for s in samples(text, "kube_ferry_vnode_cached_objects", "kube_ferry_vnode_event_backlog")}
+    out = {s.labels.get("cache", "event backlog"): s.value
+           for s in samples(text, "kube_ferry_vnode_cached_objects", "kube_ferry_vnode_event_backlog")}
+    for s in samples(text, "kube_ferry_memory_given_back_bytes_total"):
+        out["MiB given back"] = s.value / (1 << 20)
+    return out
 
 
 async def role(comp: Component) -> str:

@@ -19,6 +19,7 @@ from ferry.health import make_app, serve
 from ferry.keys import POD_GROUP_LABEL
 from ferry.kube.rest import Rest, api_client
 from ferry.kube.workqueue import WorkQueue
+from ferry.memory import give_back_periodically
 from ferry.shutdown import run_until_signalled
 from vnode import gangs, metrics, naming
 from vnode.binder import Binder
@@ -215,6 +216,7 @@ class Vnode:
             tg.create_task(self.events.run(self.mirror_event, 2))
             tg.create_task(self.groups.run(self.reflect_group, 2))
             tg.create_task(self.maintain())
+            tg.create_task(give_back_periodically(metrics.MEMORY_GIVEN_BACK.inc))
 
 
 async def main(cfg: VnodeConfig) -> None:

@@ -30,3 +30,5 @@ EVENT_BACKLOG_DROPPED = Counter("kube_ferry_vnode_event_backlog_dropped_total", 
 EVENT_BACKLOG = Gauge("kube_ferry_vnode_event_backlog", "Compute Events waiting to be mirrored", registry=REGISTRY)
 CACHED_OBJECTS = Gauge("kube_ferry_vnode_cached_objects", "Objects held by each informer cache", ["cache"],
                        registry=REGISTRY)
+MEMORY_GIVEN_BACK = Counter("kube_ferry_memory_given_back_bytes_total", "Freed heap memory handed back to the OS "
+                            "(ferry.memory)", registry=REGISTRY)

@@ -55,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
 async def _main(args: argparse.Namespace) -> None:
     from ferry.health import make_app, serve
     from ferry.kube.rest import api_client
+    from ferry.memory import give_back_periodically
     from ferry.shutdown import run_until_signalled
     from scheduler.core.scheduler import SchedulerConfig
     from scheduler.service import metrics
@@ -91,6 +92,7 @@ async def _main(args: argparse.Namespace) -> None:
     async def work() -> None:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(service.run())
+            tg.create_task(give_back_periodically(metrics.MEMORY_GIVEN_BACK.inc))
             if elector is not None:
                 tg.create_task(elector.run())
 

@@ -26,3 +26,5 @@ NODE_IMBALANCE = Gauge("kube_ferry_node_imbalance_percent",
                        registry=REGISTRY)
 EXPLANATIONS_DEFERRED = Counter("kube_ferry_explanations_deferred_total", "Pending reasons left for a later cycle "
                                 "(at most a bounded number are written per cycle)", registry=REGISTRY)
+MEMORY_GIVEN_BACK = Counter("kube_ferry_memory_given_back_bytes_total", "Freed heap memory handed back to the OS "
+                            "(ferry.memory)", registry=REGISTRY)
