@@ -146,7 +146,7 @@ async def run(args: argparse.Namespace, planes: ControlPlanes) -> int:
         timing0 = await scheduler_timing(planes)
         flood = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "tests.overload", "--flood-only", str(planes.kubeconfig(LOUD)),
-            "--flood", str(args.flood), preexec_fn=None if args.shared_cpu else lambda: os.nice(19))
+            "--flood", str(args.flood), preexec_fn=None if args.shared_cpu else _flood_process_setup)
         loaded = await probe(quiet, compute, args.probe, args.rate, "loaded-")
         flood_done = flood.returncode is not None
         if await flood.wait():
@@ -154,7 +154,8 @@ async def run(args: argparse.Namespace, planes: ControlPlanes) -> int:
         created_s = time.monotonic() - t0
         cpu1, served1 = cpu_by_component(planes), await requests_served(compute)
         timing = _minus(await scheduler_timing(planes), timing0)
-        served = sorted(((served1[k] - served0.get(k, 0.0), k) for k in served1), reverse=True)
+        window = _minus(served1, served0)
+        served = sorted(((n, k) for k, n in window.items() if not k.startswith("queued ")), reverse=True)
         busiest = sorted(((cpu1[n] - cpu0[n], n) for n in cpu1 if n in cpu0), reverse=True)
         flooded = (await loud.get(path("", "v1", "pods", NS)))["items"]
         running = sum(p.get("status", {}).get("phase") == "Running" for p in flooded)
@@ -164,7 +165,8 @@ async def run(args: argparse.Namespace, planes: ControlPlanes) -> int:
                "flood_still_arriving_when_probe_done": not flood_done, "gpu_nodes": args.gpu_nodes,
                "alone": asdict(alone), "loaded": asdict(loaded), "p99_ratio": round(ratio, 2),
                "cpu_s_during_flood": {n: round(c, 1) for c, n in busiest},
-               "compute_requests_during_flood": {k: int(n) for n, k in served if n}}
+               "compute_requests_during_flood": {k: int(n) for n, k in served if n},
+               "compute_apf_queueing_during_flood": queueing(window)}
         written = write_results(args, "overload", out)
         print("\n=== overload ===")
         print(f"{LOUD} created {args.flood} pods in {created_s:.0f} s; {running} of them Running when the probe "
@@ -178,6 +180,7 @@ async def run(args: argparse.Namespace, planes: ControlPlanes) -> int:
         print(f"CPU seconds while the flood was created ({created_s:.0f} s, 2 cores): "
               + ", ".join(f"{n} {c:.0f}" for c, n in busiest[:8]))
         print("compute apiserver requests meanwhile: " + ", ".join(f"{k} {n:.0f}" for n, k in served[:8]))
+        print("waiting for a seat (API Priority and Fairness) meanwhile: " + queueing(window))
         for name, t in (("alone", timing_alone), ("during the flood", timing)):
             print(f"Kube-Ferry scheduler {name}: {t['cycle_count']:.0f} cycles, mean "
                   f"{1000 * t['cycle_sum'] / max(1, t['cycle_count']):.0f} ms; cycle start → bindings written, "
@@ -204,7 +207,24 @@ async def requests_served(rest: Rest) -> dict[str, float]:
         what = f"{s.labels.get('verb')} {s.labels.get('resource')}" + (
             f"/{s.labels['subresource']}" if s.labels.get("subresource") else "")
         out[what] = out.get(what, 0.0) + s.value
+    for s in samples(text, "apiserver_flowcontrol_request_wait_duration_seconds_sum",
+                     "apiserver_flowcontrol_request_wait_duration_seconds_count"):
+        # API Priority and Fairness: time requests queued before a seat, by FlowSchema ("queued <schema> sum")
+        part = "sum" if s.name.endswith("_sum") else "count"
+        key = f"queued {s.labels.get('flow_schema')} {part}"
+        out[key] = out.get(key, 0.0) + s.value
     return out
+
+
+def queueing(served: dict[str, float]) -> str:
+    """Each FlowSchema's requests in a window and their mean wait for a seat (from :func:`requests_served`)."""
+    schemas = sorted({k.split()[1] for k in served if k.startswith("queued ")})
+    parts = []
+    for fs in schemas:
+        n = served.get(f"queued {fs} count", 0.0)
+        if n:
+            parts.append(f"{fs} {n:.0f} requests, mean wait {1000 * served[f'queued {fs} sum'] / n:.1f} ms")
+    return "; ".join(parts)
 
 
 def _minus(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
@@ -224,9 +244,25 @@ def lower_priority(planes: ControlPlanes, tenant: str) -> list[str]:
     mine = [n for n in planes.pids()
             if (n.startswith(f"{tenant}-") or n == f"etcd-{tenant}") and not n.endswith("-vnode")]
     for name in mine:
-        for thread in Path(f"/proc/{planes.pids()[name]}/task").iterdir():  # Linux nices threads one by one
-            os.setpriority(os.PRIO_PROCESS, int(thread.name), 19)
+        _nice_19(planes.pids()[name])
     return mine
+
+
+def _nice_19(pid: int) -> None:
+    """Nice 19 for every thread of ``pid`` (Linux nices threads one by one) and for its autogroup: each
+    component leads a session of its own, and with autogroup scheduling (the kernel's default) sessions
+    share the CPU as equals whatever their threads' nice, so nice alone changed nothing."""
+    for thread in Path(f"/proc/{pid}/task").iterdir():
+        os.setpriority(os.PRIO_PROCESS, int(thread.name), 19)
+    autogroup = Path(f"/proc/{pid}/autogroup")
+    if autogroup.exists():
+        autogroup.write_text("19")
+
+
+def _flood_process_setup() -> None:
+    """The flood's client: a session of its own at nice 19, like the tenant's control plane."""
+    os.setsid()
+    _nice_19(os.getpid())
 
 
 async def flood_only(kubeconfig: str, n: int) -> None:
