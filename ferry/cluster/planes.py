@@ -329,7 +329,8 @@ class ControlPlanes:
         self._kubectl(COMPUTE, "apply", "--server-side", "-k", str(crds))
         self._kubectl(COMPUTE, "wait", "--for=condition=Established", "--timeout=60s", *_files(crds))
         self._kubectl(COMPUTE, "apply", "--server-side", "-f", str(MANIFESTS / "compute" / "default-queue.yaml"),
-                      "-f", str(MANIFESTS / "compute" / "rbac-vnode.yaml"))
+                      "-f", str(MANIFESTS / "compute" / "rbac-vnode.yaml"),
+                      "-f", str(MANIFESTS / "compute" / "flowcontrol.yaml"))
         template = (MANIFESTS / "tenant-template.yaml").read_text()
         for tenant in self.tenant_names:
             self._kubectl(COMPUTE, "apply", "--server-side", "-f", "-", stdin=template.replace("${TENANT}", tenant))

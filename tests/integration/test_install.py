@@ -138,3 +138,32 @@ async def _status(kubeconfig: Path, method: str, url: str, body: dict[str, Any] 
 async def test_the_service_accounts_are_refused_what_they_do_not_need(
         installed: dict[str, Path], who: str, method: str, url: str) -> None:
     assert await _status(installed[who], method, url, {} if method in ("POST", "PUT", "PATCH") else None) == 403
+
+
+async def test_every_vnode_is_a_flow_of_its_own_at_the_bridges_priority_level(
+        planes: ControlPlanes, installed: dict[str, Path], compute_api: client.ApiClient) -> None:
+    """API Priority and Fairness (flowcontrol.yaml, tenant-template.yaml): a vnode's requests, on a token
+    or on ferry up's certificate, are classified into kube-ferry-bridges, one flow per vnode, so one
+    tenant's burst queues behind its own requests; the admin's are not. The apiserver names the
+    FlowSchema and priority level it chose in each response's headers."""
+    level = await Rest(compute_api).get(path("flowcontrol.apiserver.k8s.io", "v1", "prioritylevelconfigurations",
+                                             name="kube-ferry-bridges"))
+    schemas = {n: (await Rest(compute_api).get(path("flowcontrol.apiserver.k8s.io", "v1", "flowschemas", name=n)))
+               ["metadata"]["uid"] for n in ("kube-ferry-vnodes", "kube-ferry-vnode-tenant-1")}
+
+    async def classified(kubeconfig: Path) -> tuple[str, str]:
+        api = await api_client(kubeconfig)
+        try:
+            resp = await Rest(api).raw("GET", path("", "v1", "pods", "tenant-1"))
+            resp.release()
+            assert resp.status == 200
+            return (resp.headers.get("X-Kubernetes-PF-PriorityLevel-UID", ""),
+                    resp.headers.get("X-Kubernetes-PF-FlowSchema-UID", ""))
+        finally:
+            await api.close()
+
+    uid = level["metadata"]["uid"]
+    assert await classified(installed["vnode-compute"]) == (uid, schemas["kube-ferry-vnode-tenant-1"])
+    assert await classified(planes.clusters[COMPUTE].pki / "vnode-tenant-1.kubeconfig") == (
+        uid, schemas["kube-ferry-vnodes"])
+    assert (await classified(planes.kubeconfig(COMPUTE)))[0] != uid
