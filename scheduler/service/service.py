@@ -53,6 +53,10 @@ IDLE_PERIODS = 5  # with nothing new, a cycle every this many periods
 REEXPLAIN_AFTER_S = 30.0
 EXPLANATIONS_PER_CYCLE = 200
 EXPLANATION_WRITERS = 8
+# A Queue's status is written at most this often: in a flood its pending numbers move every cycle, and
+# each write is a watch event for every vnode and client watching Queues. The next write carries the
+# latest numbers (a cycle runs at least every IDLE_PERIODS periods).
+QUEUE_STATUS_EVERY_S = 1.0
 _NUMBER = re.compile(r"\d+(\.\d+)?")
 log = structlog.get_logger("ferry.scheduler")
 
@@ -98,6 +102,7 @@ class SchedulerService:
         # job -> (PodGroup UID, reason, message, when) last written: Events are not repeated
         self._said: dict[str, tuple[str, str, str, float]] = {}
         self._queue_status: dict[str, dict[str, Any]] = {}
+        self._queue_written_at: dict[str, float] = {}  # Queue UID -> when its status write last started
         # shared by every write, handed out in turn by namespace (each belongs to one tenant's Queue): a
         # tenant whose 400 bindings are queued does not hold up another tenant's one
         self._writes = FairLimiter(self.config.write_concurrency)
@@ -262,11 +267,15 @@ class SchedulerService:
                 "conditions": namespace_condition(conflicts.get(q.name, {})),
             }
             uid = str(obj["metadata"].get("uid", ""))  # a Queue deleted and made again is a new object
-            if self._queue_status.get(uid) != status:
+            now_m = time.monotonic()
+            if self._queue_status.get(uid) != status and \
+                    now_m - self._queue_written_at.get(uid, -math.inf) >= QUEUE_STATUS_EVERY_S:
+                self._queue_written_at[uid] = now_m
                 writes += self._report(f"queue {uid}", partial(self._write_queue_status, q.name, uid, status))
         live = {str(o["metadata"].get("uid", "")) for o in self.queues.store.values()}
-        for gone in [u for u in self._queue_status if u not in live]:
-            del self._queue_status[gone]
+        for gone in [u for u in self._queue_written_at if u not in live]:
+            self._queue_status.pop(gone, None)
+            del self._queue_written_at[gone]
         if writes:
             await asyncio.gather(*writes)
         return result

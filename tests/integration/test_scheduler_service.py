@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from typing import Any
 
@@ -558,3 +559,47 @@ async def _kill_mid_binding(ferry_scheduler: Component, core: client.CoreV1Api, 
 
 async def _all_bound(bound: Any, size: int) -> bool:
     return bool(await bound() == size)
+
+
+async def test_a_queues_status_is_written_at_most_once_a_second_however_fast_it_changes(
+        ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str) -> None:
+    """Pods arriving faster than cycles move a Queue's pending numbers every cycle; its status is still
+    written at most once per QUEUE_STATUS_EVERY_S, and ends with the latest numbers."""
+    from ferry.kube.informer import Informer
+    from ferry.kube.rest import Rest, path
+    from scheduler.service.service import QUEUE_STATUS_EVERY_S
+
+    core = client.CoreV1Api(compute_api)
+    custom = client.CustomObjectsApi(compute_api)
+    queue = f"q-{compute_ns}"
+    await custom.create_cluster_custom_object(GROUP, VERSION, "queues", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": queue},
+        "spec": {"namespaces": [compute_ns]}})
+    writes: list[float] = []
+
+    def seen(kind: str, obj: dict[str, Any]) -> None:
+        if kind == "MODIFIED" and obj.get("status"):
+            writes.append(time.monotonic())
+
+    watch = Informer("test-queue", Rest(compute_api).lister(
+        path(GROUP, VERSION, "queues"), fieldSelector=f"metadata.name={queue}"), seen)
+    task = asyncio.create_task(watch.run())
+    try:
+        await watch.synced.wait()
+        await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
+        t0 = time.monotonic()
+        n = 40
+        for i in range(n):  # no node carries the pods' selector: each stays pending, one more per create
+            await core.create_namespaced_pod(compute_ns, pod(f"p-{i}", compute_ns))
+
+        async def all_pending() -> bool:
+            q = await custom.get_cluster_custom_object(GROUP, VERSION, "queues", queue)
+            return bool((q.get("status") or {}).get("pendingJobs") == n)
+
+        await eventually(all_pending, timeout=30, what=f"the Queue's status counting {n} pending jobs")
+        elapsed = time.monotonic() - t0
+        during = [t for t in writes if t >= t0]
+        assert len(during) <= elapsed / QUEUE_STATUS_EVERY_S + 2, (len(during), round(elapsed, 1))
+    finally:
+        task.cancel()
+        await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
