@@ -142,7 +142,7 @@ async def run(args: argparse.Namespace, planes: ControlPlanes) -> int:
         timing_alone = _minus(await scheduler_timing(planes), before)
         say(f"  alone: p50 {alone.p50_ms:.0f} ms, p99 {alone.p99_ms:.0f} ms; by stage {alone.stage_p99_ms}")
         say(f"{LOUD}: {args.flood} pods at once; {QUIET}: {args.probe} pods at {args.rate:g}/s meanwhile")
-        t0, cpu0, served0 = time.monotonic(), cpu_by_component(planes), await requests_served(compute)
+        t0, cpu0, text0 = time.monotonic(), cpu_by_component(planes), await apiserver_metrics(compute)
         timing0 = await scheduler_timing(planes)
         flood = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "tests.overload", "--flood-only", str(planes.kubeconfig(LOUD)),
@@ -152,10 +152,11 @@ async def run(args: argparse.Namespace, planes: ControlPlanes) -> int:
         if await flood.wait():
             raise RuntimeError("the flood's client failed")
         created_s = time.monotonic() - t0
-        cpu1, served1 = cpu_by_component(planes), await requests_served(compute)
+        cpu1, text1 = cpu_by_component(planes), await apiserver_metrics(compute)
         timing = _minus(await scheduler_timing(planes), timing0)
-        window = _minus(served1, served0)
-        served = sorted(((n, k) for k, n in window.items() if not k.startswith("queued ")), reverse=True)
+        requests = _minus(requests_served(text1), requests_served(text0))
+        served = sorted(((n, k) for k, n in requests.items()), reverse=True)
+        waits = queueing(_minus(seat_waits(text1), seat_waits(text0)))
         busiest = sorted(((cpu1[n] - cpu0[n], n) for n in cpu1 if n in cpu0), reverse=True)
         flooded = (await loud.get(path("", "v1", "pods", NS)))["items"]
         running = sum(p.get("status", {}).get("phase") == "Running" for p in flooded)
@@ -166,7 +167,7 @@ async def run(args: argparse.Namespace, planes: ControlPlanes) -> int:
                "alone": asdict(alone), "loaded": asdict(loaded), "p99_ratio": round(ratio, 2),
                "cpu_s_during_flood": {n: round(c, 1) for c, n in busiest},
                "compute_requests_during_flood": {k: int(n) for n, k in served if n},
-               "compute_apf_queueing_during_flood": queueing(window)}
+               "compute_apf_queueing_during_flood": waits}
         written = write_results(args, "overload", out)
         print("\n=== overload ===")
         print(f"{LOUD} created {args.flood} pods in {created_s:.0f} s; {running} of them Running when the probe "
@@ -180,7 +181,7 @@ async def run(args: argparse.Namespace, planes: ControlPlanes) -> int:
         print(f"CPU seconds while the flood was created ({created_s:.0f} s, 2 cores): "
               + ", ".join(f"{n} {c:.0f}" for c, n in busiest[:8]))
         print("compute apiserver requests meanwhile: " + ", ".join(f"{k} {n:.0f}" for n, k in served[:8]))
-        print("waiting for a seat (API Priority and Fairness) meanwhile: " + queueing(window))
+        print("waiting for a seat (API Priority and Fairness) meanwhile: " + waits)
         for name, t in (("alone", timing_alone), ("during the flood", timing)):
             print(f"Kube-Ferry scheduler {name}: {t['cycle_count']:.0f} cycles, mean "
                   f"{1000 * t['cycle_sum'] / max(1, t['cycle_count']):.0f} ms; cycle start → bindings written, "
@@ -194,36 +195,43 @@ async def run(args: argparse.Namespace, planes: ControlPlanes) -> int:
             await a.close()
 
 
-async def requests_served(rest: Rest) -> dict[str, float]:
-    """The compute apiserver's requests so far by verb and resource (from its own metrics): what the
-    shared server spent its time on."""
+async def apiserver_metrics(rest: Rest) -> str:
+    """The compute apiserver's own Prometheus metrics."""
     resp = await rest.raw("GET", "/metrics")
     try:
-        text = await resp.text()
+        return str(await resp.text())
     finally:
         resp.release()
+
+
+def requests_served(text: str) -> dict[str, float]:
+    """The apiserver's requests so far by verb and resource: what the shared server spent its time on."""
     out: dict[str, float] = {}
     for s in samples(text, "apiserver_request_total"):
         what = f"{s.labels.get('verb')} {s.labels.get('resource')}" + (
             f"/{s.labels['subresource']}" if s.labels.get("subresource") else "")
         out[what] = out.get(what, 0.0) + s.value
+    return out
+
+
+def seat_waits(text: str) -> dict[str, float]:
+    """API Priority and Fairness so far: seconds requests queued for a seat (``<schema> sum``) and how many
+    requests (``<schema> count``), by FlowSchema."""
+    out: dict[str, float] = {}
     for s in samples(text, "apiserver_flowcontrol_request_wait_duration_seconds_sum",
                      "apiserver_flowcontrol_request_wait_duration_seconds_count"):
-        # API Priority and Fairness: time requests queued before a seat, by FlowSchema ("queued <schema> sum")
-        part = "sum" if s.name.endswith("_sum") else "count"
-        key = f"queued {s.labels.get('flow_schema')} {part}"
+        key = f"{s.labels.get('flow_schema')} {'sum' if s.name.endswith('_sum') else 'count'}"
         out[key] = out.get(key, 0.0) + s.value
     return out
 
 
-def queueing(served: dict[str, float]) -> str:
-    """Each FlowSchema's requests in a window and their mean wait for a seat (from :func:`requests_served`)."""
-    schemas = sorted({k.split()[1] for k in served if k.startswith("queued ")})
+def queueing(waits: dict[str, float]) -> str:
+    """Each FlowSchema's requests in a window and their mean wait for a seat (from :func:`seat_waits`)."""
     parts = []
-    for fs in schemas:
-        n = served.get(f"queued {fs} count", 0.0)
+    for fs in sorted({k.rsplit(" ", 1)[0] for k in waits}):
+        n = waits.get(f"{fs} count", 0.0)
         if n:
-            parts.append(f"{fs} {n:.0f} requests, mean wait {1000 * served[f'queued {fs} sum'] / n:.1f} ms")
+            parts.append(f"{fs} {n:.0f} requests, mean wait {1000 * waits[f'{fs} sum'] / n:.1f} ms")
     return "; ".join(parts)
 
 
