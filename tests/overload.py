@@ -7,12 +7,16 @@ scheduler's queue and on its own vnode. The quiet tenant first submits its probe
 unloaded figure), then again while the flood is being created and queued. Everything the tenants share
 is measured: the compute apiserver, the scheduler's queues and cycles, the bridges.
 
-The flooding tenant's own control plane (its etcd, apiserver, kube-scheduler and controller-manager) and
-the client creating its flood stand for machines of that tenant's own: its etcd is its own, and they run
-at the lowest CPU priority (nice 19), so on this two-core machine they use idle CPU but do not take it
-from the parts the tenants share -- the compute control plane, the Kube-Ferry scheduler, kwok and both
-vnodes (``--shared-cpu``: one etcd for all and one priority, which measures the machine more than the
-system).
+The flooding tenant's own control plane (its etcd, apiserver, kube-scheduler and controller-manager), its
+vnode (a Deployment in its own cluster, ``manifests/tenant/vnode.yaml``) and the client creating its flood
+stand for machines of that tenant's own: its etcd is its own, and they run in the kernel's idle class
+(SCHED_IDLE), so on this two-core machine they use the CPU the parts the tenants share -- the compute
+control plane, the Kube-Ferry scheduler, kwok -- and the quiet tenant's own parts leave idle, and give it
+up the moment one of those wakes. Every request of the flooding vnode still reaches the shared compute
+apiserver, and every pod the Kube-Ferry scheduler. ``--flooder-cpu nice`` runs them at nice 19 instead: a
+task at nice 19 that the kernel has picked keeps the CPU for its slice, so a shared part that wakes
+meanwhile waits; ``--flooder-cpu shared``: one etcd for all and one priority, which measures the machine
+more than the system.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +151,8 @@ async def run(args: argparse.Namespace, planes: ControlPlanes) -> int:
         timing0 = await scheduler_timing(planes)
         flood = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "tests.overload", "--flood-only", str(planes.kubeconfig(LOUD)),
-            "--flood", str(args.flood), preexec_fn=None if args.shared_cpu else _flood_process_setup)
+            "--flood", str(args.flood),
+            preexec_fn=None if args.flooder_cpu == "shared" else partial(_flood_process_setup, args.flooder_cpu))
         loaded = await probe(quiet, compute, args.probe, args.rate, "loaded-")
         flood_done = flood.returncode is not None
         if await flood.wait():
@@ -161,7 +167,7 @@ async def run(args: argparse.Namespace, planes: ControlPlanes) -> int:
         flooded = (await loud.get(path("", "v1", "pods", NS)))["items"]
         running = sum(p.get("status", {}).get("phase") == "Running" for p in flooded)
         ratio = loaded.p99_ms / alone.p99_ms
-        out = {"flood": args.flood, "shared_cpu": args.shared_cpu,
+        out = {"flood": args.flood, "flooder_cpu": args.flooder_cpu,
                "flood_created_s": round(created_s, 1), "flood_running_at_end": running,
                "flood_still_arriving_when_probe_done": not flood_done, "gpu_nodes": args.gpu_nodes,
                "alone": asdict(alone), "loaded": asdict(loaded), "p99_ratio": round(ratio, 2),
@@ -247,30 +253,33 @@ async def scheduler_timing(planes: ControlPlanes) -> dict[str, float]:
     return {series[s.name]: s.value for s in samples(text, *series)}
 
 
-def lower_priority(planes: ControlPlanes, tenant: str) -> list[str]:
-    """The tenant's own control plane to nice 19 (see the module's docstring); returns what was."""
-    mine = [n for n in planes.pids()
-            if (n.startswith(f"{tenant}-") or n == f"etcd-{tenant}") and not n.endswith("-vnode")]
+def lower_priority(planes: ControlPlanes, tenant: str, how: str) -> list[str]:
+    """The tenant's own control plane and vnode to the lowest CPU priority (see the module's docstring);
+    returns what was lowered."""
+    mine = [n for n in planes.pids() if n.startswith(f"{tenant}-") or n == f"etcd-{tenant}"]
     for name in mine:
-        _nice_19(planes.pids()[name])
+        _lowest(planes.pids()[name], how)
     return mine
 
 
-def _nice_19(pid: int) -> None:
-    """Nice 19 for every thread of ``pid`` (Linux nices threads one by one) and for its autogroup: each
-    component leads a session of its own, and with autogroup scheduling (the kernel's default) sessions
-    share the CPU as equals whatever their threads' nice, so nice alone changed nothing."""
+def _lowest(pid: int, how: str) -> None:
+    """Nice 19 for every thread of ``pid`` (Linux sets it thread by thread; threads made later inherit
+    it), and the idle class too unless ``how`` is ``nice``; nice 19 for its autogroup: each component
+    leads a session of its own, and with autogroup scheduling (the kernel's default) sessions share the
+    CPU as equals whatever their threads' nice."""
     for thread in Path(f"/proc/{pid}/task").iterdir():
         os.setpriority(os.PRIO_PROCESS, int(thread.name), 19)
+        if how == "idle":
+            os.sched_setscheduler(int(thread.name), os.SCHED_IDLE, os.sched_param(0))
     autogroup = Path(f"/proc/{pid}/autogroup")
     if autogroup.exists():
         autogroup.write_text("19")
 
 
-def _flood_process_setup() -> None:
-    """The flood's client: a session of its own at nice 19, like the tenant's control plane."""
+def _flood_process_setup(how: str) -> None:
+    """The flood's client: a session of its own at the priority of the tenant's control plane."""
     os.setsid()
-    _nice_19(os.getpid())
+    _lowest(os.getpid(), how)
 
 
 async def flood_only(kubeconfig: str, n: int) -> None:
@@ -286,23 +295,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--flood", type=int, default=5000, help="pods the loud tenant creates at once")
     p.add_argument("--probe", type=int, default=200, help="pods the quiet tenant submits in each phase")
     p.add_argument("--rate", type=float, default=4.0, help="the quiet tenant's pods per second")
-    p.add_argument("--shared-cpu", action="store_true",
-                   help="run the flooding tenant's control plane and client at normal CPU priority")
+    p.add_argument("--flooder-cpu", choices=("idle", "nice", "shared"), default="idle",
+                   help="the flooding tenant's control plane and client: in the idle class (as if on "
+                        "machines of its own), at nice 19, or sharing one etcd and the CPU at normal priority")
     p.add_argument("--vnode-arg", action="append", default=[], help="an extra flag for both vnodes (repeatable)")
     p.add_argument("--flood-only", metavar="KUBECONFIG", help=argparse.SUPPRESS)  # the flood's own process
     args = p.parse_args(argv)
     if args.flood_only:
         asyncio.run(flood_only(args.flood_only, args.flood))
         return 0
-    planes = two_tenants(args, own_etcd=() if args.shared_cpu else (LOUD,))
+    planes = two_tenants(args, own_etcd=() if args.flooder_cpu == "shared" else (LOUD,))
     planes.add_scheduler()
     for tenant in planes.tenant_names:
         planes.add_vnode(tenant, extra=tuple(args.vnode_arg))
     say("starting the control planes, the scheduler and two vnodes")
     planes.start()
     try:
-        if not args.shared_cpu:
-            say(f"at nice 19, as if on {LOUD}'s own machines: " + ", ".join(lower_priority(planes, LOUD)))
+        if args.flooder_cpu != "shared":
+            lowered = lower_priority(planes, LOUD, args.flooder_cpu)
+            say(f"{'in the idle class' if args.flooder_cpu == 'idle' else 'at nice 19'}, as if on {LOUD}'s own "
+                f"machines: " + ", ".join(lowered))
         return asyncio.run(run(args, planes))
     finally:
         planes.stop()

@@ -34,7 +34,7 @@ from ferry.kube.informer import Informer, Obj, key_of
 from ferry.kube.rest import Rest, path
 from scheduler.core.balance import node_imbalance
 from scheduler.core.decisions import Bind, CancelEviction, CycleResult, Evict, JobStatus, NotifyWillEvict, Shrink
-from scheduler.core.scheduler import SchedulerConfig
+from scheduler.core.scheduler import Scheduler, SchedulerConfig
 from scheduler.service import metrics
 from scheduler.service.accounting import Accountant
 from scheduler.service.mirror import Mirror
@@ -53,9 +53,10 @@ IDLE_PERIODS = 5  # with nothing new, a cycle every this many periods
 REEXPLAIN_AFTER_S = 30.0
 EXPLANATIONS_PER_CYCLE = 200
 EXPLANATION_WRITERS = 8
-# A Queue's status is written at most this often: in a flood its pending numbers move every cycle, and
-# each write is a watch event for every vnode and client watching Queues. The next write carries the
-# latest numbers (a cycle runs at least every IDLE_PERIODS periods).
+# Queue status (and the gauges) are recounted and written at most this often: in a flood the pending
+# numbers move every cycle, each write is a watch event for every vnode and client watching Queues, and
+# the recount reads every job and node. The next one carries the latest numbers (a cycle runs at least
+# every IDLE_PERIODS periods).
 QUEUE_STATUS_EVERY_S = 1.0
 _NUMBER = re.compile(r"\d+(\.\d+)?")
 log = structlog.get_logger("ferry.scheduler")
@@ -101,8 +102,8 @@ class SchedulerService:
         self.assumed: dict[str, tuple[str, tuple[int, ...], float]] = {}
         # job -> (PodGroup UID, reason, message, when) last written: Events are not repeated
         self._said: dict[str, tuple[str, str, str, float]] = {}
-        self._queue_status: dict[str, dict[str, Any]] = {}
-        self._queue_written_at: dict[str, float] = {}  # Queue UID -> when its status write last started
+        self._queue_status: dict[str, dict[str, Any]] = {}  # Queue UID -> the status last written
+        self._reported_at = -math.inf  # when Queue status and the gauges were last recounted
         # shared by every write, handed out in turn by namespace (each belongs to one tenant's Queue): a
         # tenant whose 400 bindings are queued does not hold up another tenant's one
         self._writes = FairLimiter(self.config.write_concurrency)
@@ -239,6 +240,16 @@ class SchedulerService:
         metrics.CYCLE_SECONDS.observe(time.monotonic() - t0)
         self.cycles += 1
         await self._apply(snap, result, t0)
+        now_m = time.monotonic()
+        if now_m - self._reported_at >= QUEUE_STATUS_EVERY_S:
+            self._reported_at = now_m
+            await self._report_queues(sched, snap)
+        return result
+
+    async def _report_queues(self, sched: Scheduler, snap: Snapshot) -> None:
+        """Queue status and the gauges, recounted from the whole model: at most once per
+        QUEUE_STATUS_EVERY_S, since in a flood a cycle runs for every few pods, and this recount (every job
+        and node) cost more than the cycle itself."""
         pending: dict[str, int] = {}
         for j in sched.pending_jobs():
             pending[j.queue] = pending.get(j.queue, 0) + 1
@@ -267,18 +278,13 @@ class SchedulerService:
                 "conditions": namespace_condition(conflicts.get(q.name, {})),
             }
             uid = str(obj["metadata"].get("uid", ""))  # a Queue deleted and made again is a new object
-            now_m = time.monotonic()
-            if self._queue_status.get(uid) != status and \
-                    now_m - self._queue_written_at.get(uid, -math.inf) >= QUEUE_STATUS_EVERY_S:
-                self._queue_written_at[uid] = now_m
+            if self._queue_status.get(uid) != status:
                 writes += self._report(f"queue {uid}", partial(self._write_queue_status, q.name, uid, status))
         live = {str(o["metadata"].get("uid", "")) for o in self.queues.store.values()}
-        for gone in [u for u in self._queue_written_at if u not in live]:
-            self._queue_status.pop(gone, None)
-            del self._queue_written_at[gone]
+        for gone in [u for u in self._queue_status if u not in live]:
+            del self._queue_status[gone]
         if writes:
             await asyncio.gather(*writes)
-        return result
 
     async def _write_queue_status(self, name: str, uid: str, status: dict[str, Any]) -> None:
         """Remember a status only once written: one lost to an outage is written again next cycle."""
