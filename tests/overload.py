@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--probe", type=int, default=200, help="pods the quiet tenant submits in each phase")
     p.add_argument("--rate", type=float, default=4.0, help="the quiet tenant's pods per second")
     p.add_argument("--flooder-cpu", choices=("idle", "nice", "shared"), default="idle",
-                   help="the flooding tenant's control plane and client: in the idle class (as if on "
+                   help="the flooding tenant's control plane, vnode and client: in the idle class (as if on "
                         "machines of its own), at nice 19, or sharing one etcd and the CPU at normal priority")
     p.add_argument("--vnode-arg", action="append", default=[], help="an extra flag for both vnodes (repeatable)")
     p.add_argument("--flood-only", metavar="KUBECONFIG", help=argparse.SUPPRESS)  # the flood's own process

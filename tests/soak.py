@@ -171,27 +171,49 @@ class Stream:
 
 async def submit(rest: Rest, tenant: str, stream: Stream, rng: random.Random, stop: asyncio.Event,
                  mean_gap: float) -> None:
-    """Submit jobs at exponential gaps until ``stop``; a request a down apiserver refuses is dropped (the
-    user tries again later) unless it went through after all (409 on a pod we meant to create)."""
-    created = stream.created.setdefault(tenant, set())
+    """Submit jobs at exponential gaps until ``stop``. A job a down apiserver interrupted is completed
+    later, as an operator would (a gang left with some of its members would wait for the rest for
+    ever); once the stream stops the faults have stopped too, and what is left is completed then."""
+    unfinished: list[tuple[str, list[Obj], Obj | None]] = []
     n = 0
     while not stop.is_set():
+        unfinished = [job for job in unfinished if not await _create_job(rest, tenant, stream, job)]
         n += 1
-        name, pods, group = stream.job(rng, n)
-        try:
-            if group is not None:
-                await rest.create(path(*objects.VOLCANO, "podgroups", NS), group)
-            for pod in pods:
-                try:
-                    await rest.create(path("", "v1", "pods", NS), pod)
-                except Exception as exc:
-                    if status_of(exc) != 409:
-                        raise
-                created.add(pod["metadata"]["name"])
-            stream.jobs[name[0]] += 1
-        except Exception as exc:
-            stream.refused[type(exc).__name__ if not status_of(exc) else str(status_of(exc))] += 1
+        job = stream.job(rng, n)
+        if not await _create_job(rest, tenant, stream, job):
+            unfinished.append(job)
         await _pause(stop, rng.expovariate(1 / mean_gap))
+    deadline = time.monotonic() + 120
+    while unfinished and time.monotonic() < deadline:
+        unfinished = [job for job in unfinished if not await _create_job(rest, tenant, stream, job)]
+        if unfinished:
+            await asyncio.sleep(1.0)  # polling the condition, with the deadline above
+
+
+async def _create_job(rest: Rest, tenant: str, stream: Stream, job: tuple[str, list[Obj], Obj | None]) -> bool:
+    """Create what of the job does not exist yet (409: it does); False when a fault refused a request."""
+    name, pods, group = job
+    created = stream.created.setdefault(tenant, set())
+    try:
+        if group is not None:
+            await _create(rest, path(*objects.VOLCANO, "podgroups", NS), group)
+        for pod in pods:
+            if pod["metadata"]["name"] not in created:
+                await _create(rest, path("", "v1", "pods", NS), pod)
+                created.add(pod["metadata"]["name"])
+    except Exception as exc:
+        stream.refused[type(exc).__name__ if not status_of(exc) else str(status_of(exc))] += 1
+        return False
+    stream.jobs[name[0]] += 1
+    return True
+
+
+async def _create(rest: Rest, url: str, obj: Obj) -> None:
+    try:
+        await rest.create(url, obj)
+    except Exception as exc:
+        if status_of(exc) != 409:  # 409: it went through before, its answer lost to the fault
+            raise
 
 
 async def reap(rest: Rest, tenant: str, stream: Stream, rng: random.Random, stop: asyncio.Event) -> None:
