@@ -249,7 +249,7 @@ class SchedulerService:
     async def _report_queues(self, sched: Scheduler, snap: Snapshot) -> None:
         """Queue status and the gauges, recounted from the whole model: at most once per
         QUEUE_STATUS_EVERY_S, since in a flood a cycle runs for every few pods, and this recount (every job
-        and node) cost more than the cycle itself."""
+        and node) cost as much CPU as the cycle itself."""
         pending: dict[str, int] = {}
         for j in sched.pending_jobs():
             pending[j.queue] = pending.get(j.queue, 0) + 1
