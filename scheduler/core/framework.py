@@ -24,17 +24,24 @@ Extension points and how several plugins' answers combine:
 ``victim_queues``         (queue, highest tier) that may hold victims for a preemptor (a cheap
                           prefilter, so a search looks at few running jobs): union, highest tier
 ``session_open``          per-cycle preparation (e.g. deserved shares)
+``node_order``            how good a node state is for a request (keys compared highest first,
+                          concatenated in plugin order; none registered: tightest fit); the
+                          placer asks once per state and request shape, so a plugin whose scores
+                          change (a new expected workload) calls :meth:`Framework.node_order_changed`
+``device_order``          which device of a node a GPU share takes (concatenated; then the fullest)
 ========================  ===================================================================
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import itertools
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from scheduler.core.decisions import CycleResult
 from scheduler.core.model import Job, JobPhase, Queue, Request
+from scheduler.core.placement import Option, tightest_fit
 
 if TYPE_CHECKING:
     from scheduler.core.scheduler import Scheduler
@@ -50,6 +57,9 @@ VictimRuleFn = Callable[[Job, Job, "Session"], bool]
 VictimOrderFn = Callable[[Job, Job, "Session"], tuple[float, ...]]  # (preemptor, victim) -> key part
 VictimQueuesFn = Callable[[Job, "Session"], Iterable[tuple[str, int]]]  # (queue, highest victim tier)
 SessionFn = Callable[["Session"], None]
+NodeOrderFn = Callable[[Request, Sequence[Option]], list[tuple[float, ...]]]  # one key per option
+
+_VERSIONS = itertools.count(1)  # node-order versions, unique across frameworks (a reload makes a new one)
 
 
 @dataclass
@@ -92,6 +102,32 @@ class Framework:
         self.victim_order: list[tuple[str, VictimOrderFn]] = []
         self.victim_queues: list[tuple[str, VictimQueuesFn]] = []
         self.session_open: list[tuple[str, SessionFn]] = []
+        self.node_order: list[tuple[str, NodeOrderFn]] = []
+        self.device_order: list[tuple[str, NodeOrderFn]] = []
+        self.node_order_version = next(_VERSIONS)
+        self.ties_by_name = False  # a node-order plugin that wants FGD's tie-break (fixed node priority)
+
+    @property
+    def settled_ties(self) -> bool:
+        return not (self.node_order and self.ties_by_name)
+
+    def node_order_changed(self) -> None:
+        """Keys given before no longer hold: the placer ranks every node state anew."""
+        self.node_order_version = next(_VERSIONS)
+
+    def node_keys(self, req: Request, options: Sequence[Option]) -> list[tuple[float, ...]]:
+        if not self.node_order:
+            return tightest_fit(req, options)
+        keys: list[tuple[float, ...]] = [() for _ in options]
+        for _, fn in self.node_order:
+            keys = [k + part for k, part in zip(keys, fn(req, options), strict=True)]
+        return keys
+
+    def device_keys(self, req: Request, options: Sequence[Option]) -> list[tuple[float, ...]]:
+        keys: list[tuple[float, ...]] = [() for _ in options]
+        for _, fn in self.device_order:
+            keys = [k + part for k, part in zip(keys, fn(req, options), strict=True)]
+        return keys
 
     # combined answers --------------------------------------------------------
     def queue_key(self, queue: Queue, tier: int) -> tuple[float, ...]:

@@ -1,18 +1,23 @@
-"""Where replicas go: GPU binpacking with topology, all-or-nothing for gangs.
+"""Where replicas go: the best node by the configured node order, all-or-nothing for gangs.
 
-Nodes are indexed by how many whole GPUs they have free, per topology domain, so finding the
-tightest node that fits is a few dictionary look-ups rather than a scan of the cluster. Placing a
-gang tentatively binds each replica and rolls every one back if any does not fit: no partial gang
-ever leaves :meth:`Placer.place_gang`.
+Nodes are grouped by state (:mod:`scheduler.core.nodeclasses`); for each request shape the placer keeps
+the states ranked by the node order (plugins at the ``node_order`` extension point: fragmentation,
+binpack, ...), scoring a state once when it first appears. Finding a node walks that ranking from the
+top and takes the first member that fits: a decision costs the number of distinct node states, not of
+nodes. Placing a gang tentatively binds each replica and rolls every one back if any does not fit: no
+partial gang ever leaves :meth:`Placer.place_gang`.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from scheduler.core.model import GPU_MILLI, Cluster, Job, Node, Replica, ReplicaPhase, Request
+from scheduler.core.nodeclasses import ClassIndex, NodeState
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,14 +27,69 @@ class Placement:
     devices: tuple[int, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One way to place a request on a node in state ``before``: the state it leaves, and for a GPU share
+    the free milli of the device it takes (-1 for whole GPUs)."""
+
+    before: NodeState
+    after: NodeState
+    device_free: int = -1
+
+
+class NodeOrder(Protocol):
+    """What ranks candidate nodes: keys compared highest first (node order), the device a share takes
+    inside a node (device order), and a version that changes when earlier keys no longer hold."""
+
+    @property
+    def node_order_version(self) -> int: ...
+
+    @property
+    def settled_ties(self) -> bool:
+        """Ties among equal nodes by packing (domain, then node settled longest), or by name alone."""
+        ...
+
+    def node_keys(self, req: Request, options: Sequence[Option]) -> list[tuple[float, ...]]: ...
+
+    def device_keys(self, req: Request, options: Sequence[Option]) -> list[tuple[float, ...]]: ...
+
+
+def tightest_fit(req: Request, options: Sequence[Option]) -> list[tuple[float, ...]]:
+    """Binpack: a share on the fullest device that fits, then the node with the fewest free whole GPUs."""
+    return [(-float(o.device_free) if req.is_share else 0.0, -float(o.before.full)) for o in options]
+
+
+class TightestFit:
+    """The node order when no plugin sets one."""
+
+    node_order_version = 0
+    settled_ties = True
+
+    def node_keys(self, req: Request, options: Sequence[Option]) -> list[tuple[float, ...]]:
+        return tightest_fit(req, options)
+
+    def device_keys(self, req: Request, options: Sequence[Option]) -> list[tuple[float, ...]]:
+        return [() for _ in options]
+
+
+@dataclass(slots=True)
+class _Ranking:
+    """One request shape's candidate states, best first: (negated key, class, device free)."""
+
+    version: int
+    epoch: int
+    seen: int = 0
+    entries: list[tuple[tuple[float, ...], int, int]] = field(default_factory=list)
+
+
 class Placer:
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, order: NodeOrder | None = None) -> None:
         self.cluster = cluster
-        self.max_gpus = max((len(n.devices) for n in cluster.nodes.values()), default=0)
-        # free whole GPUs -> domain -> nodes (dicts as ordered sets)
-        self._buckets: list[dict[str, dict[str, None]]] = [{} for _ in range(self.max_gpus + 1)]
-        self._where: dict[str, int] = {}
-        self._partial: dict[str, None] = {}  # nodes with a partly used device (for GPU shares)
+        self.order: NodeOrder = order or TightestFit()
+        self.classes = ClassIndex(self.order.settled_ties)
+        self._rankings: dict[Request, _Ranking] = {}
+        self._where: dict[str, tuple[int, str]] = {}  # node -> its free whole GPUs, its domain
+        self._whole: list[int] = [0]  # schedulable nodes by how many whole GPUs they have free
         self.domain_free: dict[str, int] = defaultdict(int)  # free whole GPUs per domain
         self._capacity: dict[str, int] = {}
         self.capacity = 0  # GPU milli of schedulable nodes
@@ -46,24 +106,29 @@ class Placer:
     def _index(self, node: Node) -> None:
         old = self._where.pop(node.name, None)
         if old is not None:
-            bucket = self._buckets[old]
-            names = bucket[node.domain]
-            del names[node.name]
-            if not names:
-                del bucket[node.domain]
-            self.domain_free[node.domain] -= old
-        self._partial.pop(node.name, None)
+            self._whole[old[0]] -= 1
+            self.domain_free[old[1]] -= old[0]
         self.capacity -= self._capacity.pop(node.name, 0)
+        self.classes.place(node)
         if not node.schedulable:
             return
         self._capacity[node.name] = node.gpu_capacity
         self.capacity += node.gpu_capacity
         free = node.free_whole
-        self._buckets[free].setdefault(node.domain, {})[node.name] = None
-        self._where[node.name] = free
+        self._where[node.name] = (free, node.domain)
+        while len(self._whole) <= free:
+            self._whole.append(0)
+        self._whole[free] += 1
         self.domain_free[node.domain] += free
-        if any(0 < d.free < GPU_MILLI for d in node.devices):
-            self._partial[node.name] = None
+
+    def reorder(self, order: NodeOrder) -> None:
+        """A new node order (a reloaded configuration); the index is rebuilt if its tie order changed."""
+        self.order = order
+        if self.classes.settled != order.settled_ties:
+            self.classes = ClassIndex(order.settled_ties)
+            self._rankings.clear()
+            for node in sorted(self.cluster.nodes.values(), key=lambda n: n.name):
+                self.classes.place(node)
 
     def refresh(self, names: Iterable[str]) -> None:
         for name in names:
@@ -95,8 +160,8 @@ class Placer:
             self._index(node)
 
     def max_free_whole(self) -> int:
-        for free in range(self.max_gpus, -1, -1):
-            if self._buckets[free]:
+        for free in range(len(self._whole) - 1, -1, -1):
+            if self._whole[free]:
                 return free
         return 0
 
@@ -140,27 +205,58 @@ class Placer:
 
     # ------------------------------------------------------------- searching
     def _fits_host(self, node: Node, req: Request, excluded: frozenset[str]) -> bool:
+        """What the node's state does not say: memory, pod slots, labels, and the caller's exclusions."""
         return (
-            node.schedulable
-            and node.name not in excluded
-            and node.free_cpu >= req.cpu_milli
+            node.name not in excluded
             and node.free_mem >= req.mem_mib
             and node.pods < node.max_pods
-            and (not req.models or node.model in req.models)
             and all(node.labels.get(k) == v for k, v in req.selector)
         )
 
-    def _candidates(self, need: int, domain: str | None) -> Iterator[str]:
-        """Nodes with at least ``need`` whole GPUs free, tightest first, ``domain`` first."""
-        for free in range(need, self.max_gpus + 1):
-            bucket = self._buckets[free]
-            if not bucket:
-                continue
-            if domain is not None and domain in bucket:
-                yield from bucket[domain]
-            for dom, names in bucket.items():
-                if dom != domain:
-                    yield from names
+    @staticmethod
+    def _options(state: NodeState, req: Request) -> list[Option]:
+        """Every way ``req`` fits a node in ``state`` (model and CPU included), or none."""
+        if state.cpu_free < req.cpu_milli or (req.models and state.model not in req.models):
+            return []
+        if req.is_share:
+            return [Option(state, state.after_share(v, req.gpu_milli, req.cpu_milli), v)
+                    for v in sorted({f for f in state.frees if f >= req.gpu_milli})]
+        after = state.after_whole(req.gpus, req.cpu_milli)
+        return [] if after is None else [Option(state, after)]
+
+    def _ranking(self, req: Request) -> _Ranking:
+        """``req``'s candidate states best first, extended by the states that appeared since last asked."""
+        version, epoch = self.order.node_order_version, self.classes.epoch
+        ranking = self._rankings.get(req)
+        if ranking is None or ranking.version != version or ranking.epoch != epoch:
+            ranking = self._rankings[req] = _Ranking(version, epoch)
+        if ranking.seen == len(self.classes):
+            return ranking
+        chosen: list[tuple[int, Option]] = []
+        for cls in self.classes.new_since(ranking.seen):
+            options = self._options(cls.state, req)
+            if len(options) > 1:  # a share: the device the node order prefers, else the fullest that fits
+                keys = self.order.device_keys(req, options)
+                best = min(range(len(options)), key=lambda i: (tuple(-k for k in keys[i]), options[i].device_free))
+                options = [options[best]]
+            if options:
+                chosen.append((cls.ident, options[0]))
+        ranking.seen = len(self.classes)
+        if chosen:
+            keys = self.order.node_keys(req, [o for _, o in chosen])
+            topology = req.gpus > 1 and not req.is_share
+            for (ident, option), key in zip(chosen, keys, strict=True):
+                if topology:  # a multi-GPU replica inside one linked group first
+                    key = (1.0 if option.before.one_group_fits(req.gpus) else 0.0, *key)
+                bisect.insort(ranking.entries, (tuple(-k for k in key), ident, option.device_free))
+        return ranking
+
+    def _first_fit(self, names: Iterable[str], req: Request, excluded: frozenset[str]) -> str | None:
+        nodes = self.cluster.nodes
+        for name in names:
+            if self._fits_host(nodes[name], req, excluded):
+                return str(name)
+        return None
 
     @staticmethod
     def pick_devices(node: Node, count: int) -> tuple[int, ...] | None:
@@ -179,40 +275,49 @@ class Placer:
                 return tuple(sorted(chosen))
         return None
 
+    def _devices(self, node: Node, req: Request, device_free: int) -> tuple[int, ...] | None:
+        if req.is_share:
+            return next(((d.index,) for d in node.devices if d.free == device_free), None)
+        return self.pick_devices(node, req.gpus) if req.gpus else ()
+
     def find(self, req: Request, excluded: frozenset[str] = frozenset(),
              domain: str | None = None) -> tuple[str, tuple[int, ...]] | None:
-        nodes = self.cluster.nodes
-        if req.is_share:
-            best: tuple[int, str, int] | None = None
-            for name in self._partial:
-                node = nodes[name]
-                if not self._fits_host(node, req, excluded):
+        """The best node for ``req`` and the devices it takes there: a fitting member of the best-ranked
+        states; among equals, a node of ``domain`` first, then of the domain that has held such nodes
+        longest, then the node settled longest in its state."""
+        classes = self.classes.classes
+        best: tuple[int, int, int, str, int] | None = None  # (outside domain, domain since, node since, node, device)
+        current: tuple[float, ...] | None = None
+        for key, ident, device_free in self._ranking(req).entries:
+            if key != current:  # a new group of equally ranked states: the last one's best stands
+                if best is not None:
+                    break
+                current = key
+            cls = classes[ident]
+            if not cls.count:
+                continue
+            if domain is not None and domain in cls.by_domain:
+                members = cls.by_domain[domain]
+                name = self._first_fit(members, req, excluded)
+                if name is not None:
+                    found = (0, 0, members.since[name], name, device_free)
+                    if best is None or found < best:
+                        best = found
                     continue
-                for d in node.devices:
-                    if req.gpu_milli <= d.free < GPU_MILLI and (best is None or d.free < best[0]):
-                        best = (d.free, name, d.index)
-            if best is not None:
-                return best[1], (best[2],)
-            for name in self._candidates(1, domain):
-                node = nodes[name]
-                if self._fits_host(node, req, excluded):
-                    tight = self.pick_devices(node, 1)
-                    if tight is not None:
-                        return name, tight
+            for dom, members in cls.by_domain.items():  # domains in the order they began to hold such nodes
+                if dom == domain:
+                    continue
+                name = self._first_fit(members, req, excluded)
+                if name is not None:
+                    found = (1, members.created, members.since[name], name, device_free)
+                    if best is None or found < best:
+                        best = found
+                    break
+        if best is None:
             return None
-        fallback: tuple[str, tuple[int, ...]] | None = None
-        for name in self._candidates(req.gpus, domain):
-            node = nodes[name]
-            if not self._fits_host(node, req, excluded):
-                continue
-            devices = self.pick_devices(node, req.gpus) if req.gpus else ()
-            if devices is None:
-                continue
-            if req.gpus <= 1 or len({node.devices[d].group for d in devices}) == 1:
-                return name, devices
-            if fallback is None:
-                fallback = (name, devices)
-        return fallback
+        node = self.cluster.nodes[best[3]]
+        devices = self._devices(node, req, best[4])
+        return None if devices is None else (node.name, devices)
 
     def best_domain(self, gpus_needed: int) -> str | None:
         """The topology domain that fits the whole gang most tightly, else the one with the most room."""

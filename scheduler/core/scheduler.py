@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +30,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # guarantees with fair borrowing, reservations against starvation, whole-job preemption and reclaim
     "ferry": {
         "actions": ("allocate", "reserve", "preempt", "grow"),
-        "plugins": ("priority", "guarantee", "capacity", "protection", "tier-preemption", "reclaim", "starvation"),
+        "plugins": ("priority", "guarantee", "capacity", "protection", "tier-preemption", "reclaim", "starvation",
+                    "binpack"),
     },
     # strict gang FIFO: one global order by priority and age; nothing passes a job that does not fit
     "fifo": {"actions": ("allocate",), "plugins": ("priority", "fifo"), "backfill": False},
@@ -38,7 +39,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # proportion, binpack): deserved shares water-filled by weight, a queue at its share gets nothing
     # more; no reservation, reclaim or preemption. Enqueue's gate admits what allocate would consider
     # anyway under the default overcommit factor, so it is not modelled.
-    "volcano": {"actions": ("allocate",), "plugins": ("priority", "proportion", "capacity")},
+    "volcano": {"actions": ("allocate",), "plugins": ("priority", "proportion", "capacity", "binpack")},
 }
 
 
@@ -105,9 +106,16 @@ class Scheduler:
         # preemptor -> victims in WillEvict (dicts, not sets: iteration order must not depend on hashing)
         self.victims: dict[str, dict[str, None]] = defaultdict(dict)
         self._outside: CycleResult = CycleResult()  # decisions taken between cycles, reported by the next
+        # the workload node-order plugins plan for: replicas of the jobs held, by request (or what a
+        # simulator says to expect), and how many changes it saw
+        self._workload: Counter[Request] = Counter()
+        self._workload_of: dict[str, Counter[Request]] = {}
+        self._expected: Counter[Request] | None = None
+        self.workload_changes = 0
         self.configure(config or SchedulerConfig())
         for job in cluster.jobs.values():
             self._adopt(job)
+            self._count(job)
         for job in cluster.jobs.values():
             if job.phase is JobPhase.WILL_EVICT:
                 self._adopt_notice(job)
@@ -121,6 +129,7 @@ class Scheduler:
         self.plugins: list[Plugin] = [PLUGINS[name](self) for name in config.plugins]
         for plugin in self.plugins:
             plugin.register(self.framework)
+        self.placer.reorder(self.framework)
         self.actions: list[Action] = [ACTIONS[name](self) for name in config.actions]
         if self._slot:  # the job order may have changed: re-sort the pending index
             for name in list(self._slot):
@@ -165,6 +174,34 @@ class Scheduler:
             raise KeyError(f"job {job.name} names queue {job.queue!r}, which does not exist")
         self.cluster.jobs[job.name] = job
         self._adopt(job)
+        self._count(job)
+
+    # ------------------------------------------------------------- workload
+    def _count(self, job: Job) -> None:
+        self._uncount(job.name)
+        if job.phase.terminal:
+            return
+        tasks = job.task_by_name
+        counts = Counter(tasks[r.task].request for r in job.replicas)
+        self._workload.update(counts)
+        self._workload_of[job.name] = counts
+        self.workload_changes += len(job.replicas)
+
+    def _uncount(self, name: str) -> None:
+        counts = self._workload_of.pop(name, None)
+        if counts is not None:
+            self._workload.subtract(counts)
+            self.workload_changes += counts.total()
+
+    def workload(self) -> Counter[Request]:
+        """Replicas by request: of the jobs held (running or pending), or what :meth:`expect` said."""
+        return self._expected if self._expected is not None else self._workload
+
+    def expect(self, workload: Counter[Request] | None) -> None:
+        """Plan placements for this distribution of replicas instead of the jobs held (a simulator that
+        knows its trace, as FGD's method does); None: the jobs held again."""
+        self._expected = workload
+        self.workload_changes += 1 << 30
 
     def replace(self, job: Job) -> None:
         """A job whose spec or members changed (e.g. an informer delta) takes the place of the one of the same
@@ -194,6 +231,7 @@ class Scheduler:
             job.reserved_nodes = self.reserved.get(job.name, ())
         self.cluster.jobs[job.name] = job
         self._adopt(job)
+        self._count(job)
 
     def forget_node(self, name: str) -> None:
         """A node that is gone (its jobs are to be replaced: bound there, they hold nothing here)."""
@@ -286,6 +324,7 @@ class Scheduler:
     def _end(self, job: Job, phase: JobPhase, reason: str) -> None:
         was_running = job.phase.holds_resources
         job.phase, job.reason = phase, reason
+        self._uncount(job.name)
         self.unindex(job.name)
         self.elastic.pop(job.name, None)
         self.reserved.pop(job.name, None)
@@ -298,7 +337,6 @@ class Scheduler:
     # ----------------------------------------------------------- node events
     def add_node(self, node: Node) -> None:
         self.cluster.nodes[node.name] = node
-        self.placer = Placer(self.cluster) if len(node.devices) > self.placer.max_gpus else self.placer
         self.placer.refresh([node.name])
 
     def node_changed(self, name: str) -> None:

@@ -201,8 +201,6 @@ class Mirror:
             node = fresh
         elif [d.group for d in node.devices] != [d.group for d in fresh.devices]:
             node.devices = fresh.devices  # GPUs added, removed or regrouped: recounted below
-            if len(fresh.devices) > sched.placer.max_gpus:
-                sched.add_node(node)
         for field in ("cpu_milli", "mem_mib", "max_pods", "model", "domain", "schedulable", "labels"):
             setattr(node, field, getattr(fresh, field))
         store = self._pods

@@ -4,8 +4,11 @@ Reproduces the published method step by step (``shared/traces/openb/METHOD.md``)
 for pod order, 130 % inflation by cloning and node tie-break ranks; one pod at a time, never
 leaving; the GPU allocation ratio logged after every pod and discretised to columns 0..130.
 
-Policies: ``random``, ``bestfit``, ``gpupacking``, ``fgd`` (the published baselines) and ``ferry``,
-Kube-Ferry's placement score (see :mod:`scheduler.core.fragmentation`).
+Policies: ``random``, ``bestfit``, ``gpupacking``, ``fgd`` (the published baselines, kept here to
+validate the method against the published curves) and ``ferry``: the shipped scheduler's own
+:class:`~scheduler.core.placement.Placer`, configured as a GPU-sharing cluster would configure the
+service (the ``ferry`` preset with the ``fragmentation`` node order in place of ``binpack``), each pod
+found and bound through it exactly as the service places a replica.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import numpy as np
 import numpy.typing as npt
 
 from scheduler.core.fragmentation import TypicalPods, frag_after_share, frag_after_whole, node_frag
+from scheduler.core.model import Cluster, Device, Job, Node, Queue, Request, Task
+from scheduler.core.scheduler import Scheduler, SchedulerConfig
 from scheduler.sim.gorand import GoRand
 from scheduler.sim.traces import Problems, load, parse_int
 
@@ -312,34 +317,49 @@ class Fgd(_Fragmentation):
         return i, self.device(i, pod)
 
 
-class Ferry(_Fragmentation):
-    """Kube-Ferry's placement: FGD's fragmentation score in its coarse (sigmoid, whole-point) buckets;
-    for a pod restricted to some GPU models, ties go to the CPU-and-GPU best fit, so scarce models are
-    packed; a pod without GPUs goes, among ties, to a node with the fewest free GPUs (its CPU is taken
-    where it strands no GPU: +0.02 to +0.45 points on every variant); otherwise, as in FGD, to the node
-    priority. Shares go to the device that fragments least, the fullest such device on ties.
+def _core_cluster(nodes: list[OpenbNode], ranks: list[int]) -> Cluster:
+    """The openb nodes as the core's model; named by their tie-break rank, so the Placer's name order is
+    the simulator's fixed per-seed node priority."""
+    width = len(str(len(nodes)))
+    by_rank = sorted(range(len(nodes)), key=lambda i: ranks[i])
+    return Cluster(
+        {f"{ranks[i]:0{width}d}": Node(f"{ranks[i]:0{width}d}", nodes[i].cpu, nodes[i].mem,
+                                        [Device(d) for d in range(nodes[i].gpus)], max_pods=MAX_PODS_PER_NODE,
+                                        model=nodes[i].model)
+         for i in by_rank},
+        {"openb": Queue("openb")},
+    )
 
-    Measured alternatives that did worse (seeds 42-44): exact fragmentation decrease 94.2-94.4 % and a
-    ten times finer sigmoid 94.4 % on the default trace (whole points: 95.4 %); best-fit ties for every
-    pod: +0.45 on gpuspec10 but -0.4 on cpu100."""
 
-    name = "ferry"
-    tiebreak_free = True
+_FERRY = SchedulerConfig.preset("ferry")
+SHARING = SchedulerConfig.preset("ferry", plugins=tuple(
+    "fragmentation" if p == "binpack" else p for p in _FERRY.plugins))  # the service configured for GPU sharing
 
-    def choose(self, pod: OpenbPod, feasible: IntArray) -> Choice:
-        delta, _ = self._scores(pod, feasible)
-        c = self.c
-        scores = np.trunc(100.0 / (1.0 + np.exp(-delta / 1000.0)))
-        tied = feasible[scores == scores.max()]
-        if len(tied) > 1 and pod.spec:
-            gfree = np.where(c.free[tied] > 0, c.free[tied], 0).sum(axis=1)
-            fit = np.trunc((1 - ((c.cpu[tied] - pod.cpu) / 128000 * 0.5 + (gfree - pod.demand) / 8000 * 0.5)) * 100)
-            tied = tied[fit == fit.max()]
-        elif len(tied) > 1 and pod.num_gpu == 0:
-            gfree = np.where(c.free[tied] > 0, c.free[tied], 0).sum(axis=1)
-            tied = tied[gfree == gfree.min()]
-        i = int(tied[np.argmin(self.ranks[tied])])
-        return i, self.device(i, pod)
+
+def request_of(pod: OpenbPod) -> Request:
+    return Request(cpu_milli=pod.cpu, mem_mib=pod.mem, gpus=pod.num_gpu,
+                   gpu_milli=pod.gpu_milli if pod.num_gpu else 1000, models=frozenset(pod.spec))
+
+
+def _run_core(nodes: list[OpenbNode], pods: list[OpenbPod], work: Workload) -> tuple[list[tuple[int, int]], int]:
+    """Every pod of the workload through the shipped Placer, as the service places one replica."""
+    sched = Scheduler(_core_cluster(nodes, work.ranks), SHARING)
+    sched.expect(Counter(request_of(p) for p in pods))
+    placer = sched.placer
+    arrived = used = failed = 0
+    log: list[tuple[int, int]] = []
+    for i, pod in enumerate(work.pods):
+        arrived += pod.demand
+        req = request_of(pod)
+        found = placer.find(req)
+        if found is None:
+            failed += 1
+        else:
+            job = Job(f"pod-{i}", "openb", [Task("pod", 1, req)])
+            placer.bind(job, job.replicas[0], found[0], found[1])
+            used += pod.demand
+        log.append((arrived, used))
+    return log, failed
 
 
 POLICIES = ("random", "bestfit", "gpupacking", "fgd", "ferry")
@@ -369,6 +389,12 @@ def run(nodes: list[OpenbNode], pods: list[OpenbPod], policy: str, seed: int) ->
     if not pods:
         raise ValueError("no pods")
     work = make_workload(pods, nodes, seed)
+    capacity = sum(n.gpus for n in nodes) * 1000
+    if policy == "ferry":
+        core_log, core_failed = _run_core(nodes, pods, work)
+        last = core_log[-1] if core_log else (0, 0)
+        return Result(policy, seed, len(work.pods), core_failed, last[0], last[1], capacity,
+                      discretise(core_log, capacity))
     c = ClusterArrays(nodes)
     ranks = np.array(work.ranks, dtype=np.int64)
     chooser: Policy
@@ -379,8 +405,7 @@ def run(nodes: list[OpenbNode], pods: list[OpenbPod], policy: str, seed: int) ->
     elif policy == "random":
         chooser = RandomFit(c, ranks, rng=work.rng)
     else:
-        typical = TypicalPods.from_shapes(Counter(p.shape for p in pods), c.model_ids)
-        chooser = Fgd(c, ranks, typical) if policy == "fgd" else Ferry(c, ranks, typical)
+        chooser = Fgd(c, ranks, TypicalPods.from_shapes(Counter(p.shape for p in pods), c.model_ids))
     arrived = used = failed = 0
     log: list[tuple[int, int]] = []
     for pod in work.pods:
@@ -394,7 +419,6 @@ def run(nodes: list[OpenbNode], pods: list[OpenbPod], policy: str, seed: int) ->
         else:
             failed += 1
         log.append((arrived, used))
-    capacity = int(c.ngpu.sum()) * 1000
     return Result(policy, seed, len(work.pods), failed, arrived, used, capacity, discretise(log, capacity))
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from scheduler.core.framework import Plugin
+from scheduler.core.plugins.binpack import Binpack
 from scheduler.core.plugins.capacity import Capacity
 from scheduler.core.plugins.fifo import Fifo
+from scheduler.core.plugins.fragmentation import Fragmentation
 from scheduler.core.plugins.guarantee import Guarantee
 from scheduler.core.plugins.priority import Priority
 from scheduler.core.plugins.proportion import Proportion
@@ -14,4 +16,5 @@ from scheduler.core.plugins.starvation import Starvation
 from scheduler.core.plugins.tier_preemption import TierPreemption
 
 PLUGINS: dict[str, type[Plugin]] = {p.name: p for p in (
-    Priority, Guarantee, Fifo, Proportion, Capacity, Protection, TierPreemption, Reclaim, Starvation)}
+    Priority, Guarantee, Fifo, Proportion, Capacity, Protection, TierPreemption, Reclaim, Starvation,
+    Fragmentation, Binpack)}
