@@ -1,0 +1,136 @@
+"""The Placer ranks node states, not nodes: its choice must be what scoring every node would give.
+
+Random clusters are filled with random binds (whole GPUs, shares, CPU), then for random requests the
+node :meth:`Placer.find` returns is checked against a brute-force score of every node that fits, for
+the tightest fit and for the fragmentation order; and the index must follow nodes that change.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from scheduler.core.model import GPU_MILLI, Cluster, Device, Job, Node, Queue, ReplicaPhase, Request, Task
+from scheduler.core.nodeclasses import NodeState
+from scheduler.core.placement import Option, Placer
+from scheduler.core.scheduler import Scheduler, SchedulerConfig
+
+REQUESTS = [
+    Request(cpu_milli=1000, gpus=1),
+    Request(cpu_milli=4000, gpus=2),
+    Request(cpu_milli=2000, gpus=4),
+    Request(cpu_milli=500, gpus=1, gpu_milli=250),
+    Request(cpu_milli=500, gpus=1, gpu_milli=600),
+    Request(cpu_milli=8000),
+    Request(cpu_milli=1000, gpus=1, models=frozenset({"A100"})),
+]
+
+
+def _cluster(rng: random.Random, n: int) -> Cluster:
+    nodes = {}
+    for i in range(n):
+        gpus = rng.choice([4, 8])
+        nodes[f"n{i:03d}"] = Node(f"n{i:03d}", 32000, 1 << 20, [Device(d, group=d // 4) for d in range(gpus)],
+                                  model=rng.choice(["A100", "V100"]), domain=f"rack-{i // 4}")
+    return Cluster(nodes, {"q": Queue("q")})
+
+
+def _options(placer: Placer, node: Node, req: Request) -> list[Option]:
+    options = placer._options(NodeState.of(node), req)
+    if len(options) > 1:
+        keys = placer.order.device_keys(req, options)
+        best = min(range(len(options)), key=lambda i: (tuple(-k for k in keys[i]), options[i].device_free))
+        options = [options[best]]
+    return options
+
+
+def _best_key(placer: Placer, req: Request) -> tuple[float, ...] | None:
+    """The best key over every node that fits, scored one by one."""
+    best: tuple[float, ...] | None = None
+    for node in placer.cluster.nodes.values():
+        if not node.schedulable or node.free_mem < req.mem_mib or node.pods >= node.max_pods:
+            continue
+        for option in _options(placer, node, req):
+            key = placer.order.node_keys(req, [option])[0]
+            if req.gpus > 1 and not req.is_share:
+                key = (1.0 if option.before.one_group_fits(req.gpus) else 0.0, *key)
+            best = key if best is None or key > best else best
+    return best
+
+
+def _fill(sched: Scheduler, rng: random.Random, jobs: int) -> None:
+    for j in range(jobs):
+        req = rng.choice(REQUESTS)
+        job = Job(f"j{j}", "q", [Task("t", 1, req)])
+        sched.submit(job)
+        found = sched.placer.find(req)
+        if found is not None:
+            sched.placer.bind(job, job.replicas[0], *found)
+
+
+@pytest.mark.parametrize("plugins", [("binpack",), ("fragmentation",), ()])
+@pytest.mark.parametrize("seed", range(6))
+def test_the_node_found_has_the_best_key_of_all_nodes_that_fit(plugins: tuple[str, ...], seed: int) -> None:
+    rng = random.Random(seed)
+    sched = Scheduler(_cluster(rng, 24), SchedulerConfig(plugins=plugins))
+    sched.expect(Counter(REQUESTS))
+    _fill(sched, rng, rng.randrange(10, 60))
+    for req in REQUESTS:
+        found = sched.placer.find(req)
+        best = _best_key(sched.placer, req)
+        if best is None:
+            assert found is None, req
+            continue
+        assert found is not None, req
+        node = sched.cluster.nodes[found[0]]
+        keys = []
+        for option in _options(sched.placer, node, req):
+            key = sched.placer.order.node_keys(req, [option])[0]
+            if req.gpus > 1 and not req.is_share:
+                key = (1.0 if option.before.one_group_fits(req.gpus) else 0.0, *key)
+            keys.append(key)
+        assert keys and max(keys) == best, (req, found, keys, best)
+        if req.is_share:
+            assert node.devices[found[1][0]].free >= req.gpu_milli
+        else:
+            assert len(found[1]) == req.gpus and all(node.devices[d].free == GPU_MILLI for d in found[1])
+
+
+def test_a_node_that_changes_or_leaves_is_found_in_its_new_state_only() -> None:
+    rng = random.Random(3)
+    sched = Scheduler(_cluster(rng, 8), SchedulerConfig(plugins=("binpack",)))
+    whole8 = Request(gpus=8)
+    eights = [n for n in sched.cluster.nodes.values() if len(n.devices) == 8]
+    for n in eights[1:]:
+        sched.placer.forget(n.name)  # gone: never chosen again
+    found = sched.placer.find(whole8)
+    assert found is not None and found[0] == eights[0].name
+    job = Job("big", "q", [Task("t", 1, whole8)])
+    sched.submit(job)
+    sched.placer.bind(job, job.replicas[0], *found)
+    assert sched.placer.find(whole8) is None  # the one 8-GPU node left is full now
+    sched.placer.release(job, job.replicas[0], ReplicaPhase.PENDING)
+    assert sched.placer.find(whole8) == found
+
+
+def _four_empty_nodes(plugins: tuple[str, ...]) -> Scheduler:
+    nodes = {f"n{i}": Node(f"n{i}", 32000, 1 << 20, [Device(d) for d in range(8)], domain=f"rack-{i % 2}")
+             for i in range(4)}
+    sched = Scheduler(Cluster(nodes, {"q": Queue("q")}), SchedulerConfig(plugins=plugins))
+    sched.expect(Counter([Request(gpus=1)]))
+    return sched
+
+
+@pytest.mark.parametrize(("plugins", "chosen"), [(("binpack",), "n2"), (("fragmentation",), "n0")])
+def test_ties_go_by_packing_order_or_by_name_as_the_node_order_asks(plugins: tuple[str, ...], chosen: str) -> None:
+    """n0 is used and freed again: by packing order its domain (rack-0, which kept n2 empty all along)
+    still comes first, but n0 itself settled last, so n2 goes first; by name (FGD's order) n0 does."""
+    sched = _four_empty_nodes(plugins)
+    job = Job("a", "q", [Task("t", 1, Request(gpus=1))])
+    sched.submit(job)
+    sched.placer.bind(job, job.replicas[0], "n0", (0,))
+    sched.placer.release(job, job.replicas[0], ReplicaPhase.PENDING)
+    found = sched.placer.find(Request(gpus=8))
+    assert found is not None and found[0] == chosen
