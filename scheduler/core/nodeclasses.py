@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from scheduler.core.model import GPU_MILLI, Node
 
 
+_GROUP = 1 << 24  # packs a device's group and free milli into one int of a node's raw key
+
+
 @dataclass(frozen=True, slots=True)
 class NodeState:
     """What a node offers, canonically: devices' free milli sorted within each linked group, groups sorted."""
@@ -109,6 +112,13 @@ class Members:
         if len(self._heap) > 2 * len(self.since) + 16:  # mostly stale entries: rebuild
             self._heap = sorted((seq, n) for n, seq in self.since.items())
 
+    def first(self) -> str | None:
+        """The first name in order (what most walks need), stale heap entries dropped on the way."""
+        heap, since = self._heap, self.since
+        while heap and since.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)
+        return heap[0][1] if heap else None
+
     def __iter__(self) -> Iterator[str]:
         heap, since = self._heap, self.since
         while heap and since.get(heap[0][1]) != heap[0][0]:
@@ -136,8 +146,9 @@ class NodeClass:
 
     ident: int
     state: NodeState
-    count: int = 0  # len(members), read on every walk of a ranking
-    members: Members = field(default_factory=Members)
+    full: int  # whole GPUs free
+    count: int = 0  # nodes in this state, read on every walk of a ranking
+    members: Members = field(default_factory=Members)  # all of them, kept only for ties by name
     by_domain: dict[str, Members] = field(default_factory=dict)  # in the order domains began to hold members
 
 
@@ -153,35 +164,54 @@ class ClassIndex:
         self.epoch = 0
         self._live = 0
         self._seq = 0
+        self._raw: dict[tuple[object, ...], NodeClass] = {}  # a node's raw devices -> the class of its state
 
     def __len__(self) -> int:
         return len(self.classes)
 
-    def place(self, node: Node) -> None:
-        """File ``node`` under its current state (or take it out if it is not schedulable)."""
+    def class_of(self, node: Node) -> NodeClass:
+        """The class of the node's state, created if new; remembered by the raw device tuple, since a bind
+        re-files its node and the canonical state is costlier to build and hash."""
+        raw = (node.model, node.cpu_milli - node.used_cpu, tuple([d.group * _GROUP + d.free for d in node.devices]))
+        cls = self._raw.get(raw)
+        if cls is None:
+            state = NodeState.of(node)
+            cls = self._by_state.get(state)
+            if cls is None:
+                cls = NodeClass(len(self.classes), state, state.full)
+                self.classes.append(cls)
+                self._by_state[state] = cls
+            if len(self._raw) > 1 << 16:
+                self._raw.clear()
+            self._raw[raw] = cls
+        return cls
+
+    def place(self, node: Node) -> NodeClass | None:
+        """File ``node`` under its current state (or take it out if it is not schedulable); its class."""
         if not node.schedulable:
             self.remove(node.name)
-            return
-        state = NodeState.of(node)
+            return None
+        cls = self.class_of(node)
         filed = self._of.get(node.name)
-        if filed is not None and filed[0].state == state and filed[1] == node.domain:
-            return  # unchanged: it keeps its place (how long it has been settled)
+        if filed is not None and filed[0] is cls and filed[1] == node.domain:
+            return cls  # unchanged: it keeps its place (how long it has been settled)
+        epoch = self.epoch
         self.remove(node.name)
-        cls = self._by_state.get(state)
-        if cls is None:
-            cls = NodeClass(len(self.classes), state)
-            self.classes.append(cls)
-            self._by_state[state] = cls
+        if self.epoch != epoch:  # the removal compacted the index, maybe dropping that (empty) class
+            cls = self.class_of(node)
         if not cls.count:
             self._live += 1
         cls.count += 1
-        self._seq += self.settled
-        cls.members.add(node.name, self._seq)
+        if self.settled:
+            self._seq += 1
+        else:  # walked by name across domains
+            cls.members.add(node.name, 0)
         members = cls.by_domain.get(node.domain)
         if members is None:
             members = cls.by_domain[node.domain] = Members(self._seq)
         members.add(node.name, self._seq)
         self._of[node.name] = (cls, node.domain)
+        return cls
 
     def remove(self, name: str) -> None:
         found = self._of.pop(name, None)
@@ -189,7 +219,8 @@ class ClassIndex:
             return
         cls, domain = found
         cls.count -= 1
-        cls.members.discard(name)
+        if not self.settled:
+            cls.members.discard(name)
         members = cls.by_domain[domain]
         members.discard(name)
         if not members:
@@ -204,6 +235,7 @@ class ClassIndex:
         live = [c for c in self.classes if c.count]
         self.classes = []
         self._by_state = {}
+        self._raw = {}
         for c in live:
             c.ident = len(self.classes)
             self.classes.append(c)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from scheduler.core.model import GPU_MILLI, Cluster, Job, Node, Replica, ReplicaPhase, Request
-from scheduler.core.nodeclasses import ClassIndex, NodeState
+from scheduler.core.nodeclasses import ClassIndex, Members, NodeState
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,12 +109,13 @@ class Placer:
             self._whole[old[0]] -= 1
             self.domain_free[old[1]] -= old[0]
         self.capacity -= self._capacity.pop(node.name, 0)
-        self.classes.place(node)
-        if not node.schedulable:
+        cls = self.classes.place(node)
+        if cls is None:
             return
-        self._capacity[node.name] = node.gpu_capacity
-        self.capacity += node.gpu_capacity
-        free = node.free_whole
+        capacity = len(node.devices) * GPU_MILLI
+        self._capacity[node.name] = capacity
+        self.capacity += capacity
+        free = cls.full
         self._where[node.name] = (free, node.domain)
         while len(self._whole) <= free:
             self._whole.append(0)
@@ -210,7 +211,7 @@ class Placer:
             node.name not in excluded
             and node.free_mem >= req.mem_mib
             and node.pods < node.max_pods
-            and all(node.labels.get(k) == v for k, v in req.selector)
+            and (not req.selector or all(node.labels.get(k) == v for k, v in req.selector))
         )
 
     @staticmethod
@@ -251,8 +252,13 @@ class Placer:
                 bisect.insort(ranking.entries, (tuple(-k for k in key), ident, option.device_free))
         return ranking
 
-    def _first_fit(self, names: Iterable[str], req: Request, excluded: frozenset[str]) -> str | None:
+    def _first_fit(self, names: Members, req: Request, excluded: frozenset[str]) -> str | None:
         nodes = self.cluster.nodes
+        first = names.first()
+        if first is None:
+            return None
+        if self._fits_host(nodes[first], req, excluded):
+            return first
         for name in names:
             if self._fits_host(nodes[name], req, excluded):
                 return str(name)
@@ -286,6 +292,7 @@ class Placer:
         states; among equals, a node of ``domain`` first, then of the domain that has held such nodes
         longest, then the node settled longest in its state."""
         classes = self.classes.classes
+        settled = self.classes.settled
         best: tuple[int, int, int, str, int] | None = None  # (outside domain, domain since, node since, node, device)
         current: tuple[float, ...] | None = None
         for key, ident, device_free in self._ranking(req).entries:
@@ -304,6 +311,11 @@ class Placer:
                     if best is None or found < best:
                         best = found
                     continue
+            if not settled:  # by name across domains
+                name = self._first_fit(cls.members, req, excluded)
+                if name is not None and (best is None or (1, 0, 0, name) < best[:4]):
+                    best = (1, 0, 0, name, device_free)
+                continue
             for dom, members in cls.by_domain.items():  # domains in the order they began to hold such nodes
                 if dom == domain:
                     continue
