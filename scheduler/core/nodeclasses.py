@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 
 from scheduler.core.model import GPU_MILLI, Node
 
-
 _GROUP = 1 << 24  # packs a device's group and free milli into one int of a node's raw key
 
 
