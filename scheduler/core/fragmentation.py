@@ -3,8 +3,9 @@
 A node's fragmentation is the GPU capacity that the typical pods could not use there: all its free
 GPU milli for a pod that does not fit at all (CPU, GPU count/size, model), else the free milli on
 GPUs too small for that pod. Weighted by how common each pod shape is, its decrease tells how
-well a placement preserves room for future pods. Vectorised over nodes with numpy: one array row
-per candidate node, one column per GPU device (-1 where a node has fewer devices).
+well a placement preserves room for future pods. Vectorised with numpy: one array row per node (the
+simulator's FGD baseline) or per node state (the ``fragmentation`` plugin), one column per GPU device
+(-1 where a node has fewer devices).
 """
 
 from __future__ import annotations
@@ -85,12 +86,10 @@ def frag_after_whole(tp: TypicalPods, cpu_after: IntArray, free: IntArray, model
     return node_frag(tp, cpu_after, after, model)
 
 
-def frag_after_share(tp: TypicalPods, cpu_after: IntArray, free: IntArray, model: IntArray, milli: int,
-                     prefer_tight: bool = False) -> tuple[FloatArray, IntArray]:
-    """For a GPU share of ``milli``: the best device of each row and the fragmentation after using it.
-
-    Ties between devices go to the lowest index, or with ``prefer_tight`` to the device with the least
-    free capacity (so whole GPUs stay whole)."""
+def frag_after_share(tp: TypicalPods, cpu_after: IntArray, free: IntArray, model: IntArray,
+                     milli: int) -> tuple[FloatArray, IntArray]:
+    """For a GPU share of ``milli``: the best device of each row and the fragmentation after using it
+    (ties between devices to the lowest index, as FGD's simulator does)."""
     rows, gpus = free.shape
     # Every (device, row) candidate as one row of a stacked state: [gpus * rows, gpus].
     after = np.repeat(free[None, :, :], gpus, axis=0)
@@ -99,10 +98,8 @@ def frag_after_share(tp: TypicalPods, cpu_after: IntArray, free: IntArray, model
     fits = (free >= milli).T  # [gpus, rows]
     frag = node_frag(tp, np.tile(cpu_after, gpus), after.reshape(gpus * rows, gpus), np.tile(model, gpus))
     frag = np.where(fits, frag.reshape(gpus, rows), np.inf)
-    # Devices within rounding of the least fragmentation tie; they go to the lowest index, or with
-    # prefer_tight to the device with the least free capacity.
-    cand = (frag <= frag.min(axis=0)[None, :] + 1e-6) & fits
-    key = np.where(cand, free.T if prefer_tight else idx[:, None], 10**9)
+    cand = (frag <= frag.min(axis=0)[None, :] + 1e-6) & fits  # within rounding of the least: a tie
+    key = np.where(cand, idx[:, None], 10**9)
     best_gpu = key.argmin(axis=0)
     best: FloatArray = frag[best_gpu, np.arange(rows)]
     return best, best_gpu.astype(np.int64)

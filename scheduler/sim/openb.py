@@ -291,15 +291,13 @@ class _Fragmentation(_Base):
             cpu_after = c.cpu[todo] - pod.cpu
             if pod.num_gpu == 1 and pod.gpu_milli < 1000:
                 after, best_gpu = frag_after_share(self.typical, cpu_after, c.free[todo], c.model[todo],
-                                                   pod.gpu_milli, self.tiebreak_free)
+                                                   pod.gpu_milli)
                 gpu[todo] = best_gpu
             else:
                 after = frag_after_whole(self.typical, cpu_after, c.free[todo], c.model[todo], pod.num_gpu)
             delta[todo] = self.before[todo] - after
             valid[todo] = True
         return delta[feasible], gpu[feasible]
-
-    tiebreak_free = False
 
     def device(self, i: int, pod: OpenbPod) -> list[int]:
         if pod.num_gpu == 1 and pod.gpu_milli < 1000:
