@@ -187,36 +187,38 @@ class ClassIndex:
 
     def place(self, node: Node) -> NodeClass | None:
         """File ``node`` under its current state (or take it out if it is not schedulable); its class."""
+        name = node.name
         if not node.schedulable:
-            self.remove(node.name)
+            self.remove(name)
             return None
         cls = self.class_of(node)
-        filed = self._of.get(node.name)
-        if filed is not None and filed[0] is cls and filed[1] == node.domain:
-            return cls  # unchanged: it keeps its place (how long it has been settled)
-        epoch = self.epoch
-        self.remove(node.name)
-        if self.epoch != epoch:  # the removal compacted the index, maybe dropping that (empty) class
-            cls = self.class_of(node)
+        filed = self._of.get(name)
+        if filed is not None:
+            if filed[0] is cls and filed[1] == node.domain:
+                return cls  # unchanged: it keeps its place (how long it has been settled)
+            self._leave(filed[0], filed[1], name)
         if not cls.count:
             self._live += 1
         cls.count += 1
         if self.settled:
             self._seq += 1
         else:  # walked by name across domains
-            cls.members.add(node.name, 0)
+            cls.members.add(name, 0)
         members = cls.by_domain.get(node.domain)
         if members is None:
             members = cls.by_domain[node.domain] = Members(self._seq)
-        members.add(node.name, self._seq)
-        self._of[node.name] = (cls, node.domain)
+        members.add(name, self._seq)
+        self._of[name] = (cls, node.domain)
+        if len(self.classes) > 16 + 2 * self._live:  # walks skip empty classes: keep them few
+            self._compact()
         return cls
 
     def remove(self, name: str) -> None:
         found = self._of.pop(name, None)
-        if found is None:
-            return
-        cls, domain = found
+        if found is not None:
+            self._leave(found[0], found[1], name)
+
+    def _leave(self, cls: NodeClass, domain: str, name: str) -> None:
         cls.count -= 1
         if not self.settled:
             cls.members.discard(name)
@@ -226,8 +228,6 @@ class ClassIndex:
             del cls.by_domain[domain]
         if not cls.count:
             self._live -= 1
-            if len(self.classes) > 16 + 2 * self._live:  # walks skip empty classes: keep them few
-                self._compact()
 
     def _compact(self) -> None:
         """Drop empty classes (a long life sees many states come and go); caches keyed by identity go."""

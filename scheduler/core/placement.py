@@ -295,7 +295,11 @@ class Placer:
         settled = self.classes.settled
         best: tuple[int, int, int, str, int] | None = None  # (outside domain, domain since, node since, node, device)
         current: tuple[float, ...] | None = None
-        for key, ident, device_free in self._ranking(req).entries:
+        ranking = self._rankings.get(req)
+        if (ranking is None or ranking.seen != len(classes) or ranking.epoch != self.classes.epoch
+                or ranking.version != self.order.node_order_version):
+            ranking = self._ranking(req)
+        for key, ident, device_free in ranking.entries:
             if key != current:  # a new group of equally ranked states: the last one's best stands
                 if best is not None:
                     break
