@@ -61,6 +61,7 @@ class SchedulerConfig:
     preemption_retry_s: float = 30.0  # preempt: after a fruitless victim search a job waits this long
     victim_cooldown_s: float = 60.0  # protection: a job spared or evicted is not a victim again this soon
     min_runtime_s: float = 300.0  # protection: a job that started less than this ago is not a victim (no thrash)
+    usage_half_life_s: float = 86400.0  # fair-over-time: recent GPU usage counts with this half-life
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> SchedulerConfig:
@@ -72,6 +73,8 @@ class SchedulerConfig:
         return dataclasses.replace(self, actions=tuple(a for a in self.actions if a not in names))
 
     def __post_init__(self) -> None:
+        if self.usage_half_life_s <= 0:
+            raise ValueError(f"usage_half_life_s must be positive, got {self.usage_half_life_s}")
         for kind, names, known in (("action", self.actions, ACTIONS), ("plugin", self.plugins, PLUGINS)):
             unknown = [n for n in names if n not in known]
             if unknown:

@@ -42,6 +42,7 @@ class ConfigFile(BaseModel):
     preemption_attempts: int | None = Field(None, ge=0, le=64)
     victim_cooldown_seconds: float | None = Field(None, ge=0)
     preemption_retry_seconds: float | None = Field(None, ge=0)
+    usage_half_life_seconds: float | None = Field(None, gt=0, description="fair-over-time: half-life of usage")
 
     @field_validator("preset")
     @classmethod
@@ -83,7 +84,7 @@ _CORE_FIELDS = {
     "reservation_after_seconds": "reservation_after_s", "max_reserved_fraction": "max_reserved_fraction",
     "max_hold_doublings": "max_hold_doublings", "starvation_preempt_after_seconds": "starvation_preempt_after_s",
     "preemption_attempts": "preemption_attempts", "victim_cooldown_seconds": "victim_cooldown_s",
-    "preemption_retry_seconds": "preemption_retry_s",
+    "preemption_retry_seconds": "preemption_retry_s", "usage_half_life_seconds": "usage_half_life_s",
 }
 
 

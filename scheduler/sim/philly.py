@@ -123,8 +123,10 @@ def build_cluster(nodes: int, gpus_per_node: int, vc_nodes: dict[str, int], tena
     return Cluster(cluster_nodes, queues)
 
 
-def make_scheduler(policy: str, cluster: Cluster) -> Scheduler:
-    """The scheduler the service runs, configured by the preset of that name."""
+def make_scheduler(policy: str, cluster: Cluster, config: SchedulerConfig | None = None) -> Scheduler:
+    """The scheduler the service runs, configured by the preset of that name (or by ``config``)."""
+    if config is not None:
+        return Scheduler(cluster, config)
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
     return Scheduler(cluster, SchedulerConfig.preset(policy))
@@ -140,7 +142,7 @@ class PhillyResult:
 
 def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes: int = 96,
              gpus_per_node: int = 8, progress: Callable[[str], None] | None = None,
-             notes: list[str] | None = None) -> PhillyResult:
+             notes: list[str] | None = None, config: SchedulerConfig | None = None) -> PhillyResult:
     notes = notes if notes is not None else []
     capacity_gpus = nodes * gpus_per_node
     runnable = []
@@ -152,9 +154,10 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
             runnable.append(j)
     tenants = {j.tenant for j in runnable}
     cluster = build_cluster(nodes, gpus_per_node, vc_nodes, tenants, notes)
-    sched = make_scheduler(policy, cluster)
+    sched = make_scheduler(policy, cluster, config)
     weight = {t: q.weight for t, q in cluster.queues.items()}
     stats: dict[str, TenantStats] = defaultdict(TenantStats)
+    daily: dict[int, dict[str, list[float]]] = defaultdict(dict)  # day -> tenant -> [received, entitled] GPU-s
     live: dict[str, _Live] = {}
     events: list[tuple[float, int, int, str, int]] = []  # (time, order, seq, job, incarnation)
     seq = 0
@@ -188,9 +191,15 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
                 busy_while_waiting += allocated * dt
                 waiting_time += dt
             fair = water_fill({t: float(d) for t, d in demand.items()}, weight, float(capacity_gpus))
+            spans = day_spans(last_t, now)
             for t, q in cluster.queues.items():
-                stats[t].received_gpu_s += q.allocated_gpu / 1000 * dt
-                stats[t].entitled_gpu_s += fair.get(t, 0.0) * dt
+                got, due = q.allocated_gpu / 1000, fair.get(t, 0.0)
+                stats[t].received_gpu_s += got * dt
+                stats[t].entitled_gpu_s += due * dt
+                for day, secs in spans:
+                    acc = daily[day].setdefault(t, [0.0, 0.0])
+                    acc[0] += got * secs
+                    acc[1] += due * secs
         last_t = now
 
     def submit(name: str, now: float) -> None:
@@ -263,8 +272,8 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
     all_waits = [w for s in stats.values() for w in s.waits]
     all_jcts = [w for s in stats.values() for w in s.jcts]
     big_waits = [lj.waited for lj in live.values() if lj.trace.gpus > gpus_per_node]
-    xs = [s.received_gpu_s / s.entitled_gpu_s for s in stats.values() if s.entitled_gpu_s > 0]
-    jain = (sum(xs) ** 2) / (len(xs) * sum(x * x for x in xs)) if xs else 1.0
+    jain = jain_index([s.received_gpu_s / s.entitled_gpu_s for s in stats.values() if s.entitled_gpu_s > 0])
+    days = [jain_index([r / e for r, e in tenants.values() if e > 0]) for tenants in daily.values()]
     metrics: dict[str, Any] = {
         "policy": policy,
         "jobs": total,
@@ -272,6 +281,9 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
         "gpu_utilization": (round(100 * busy_while_waiting / (capacity_gpus * waiting_time), 2)
                             if waiting_time else None),
         "jain_fairness": round(jain, 4),
+        # Jain over each day's GPU-seconds received vs entitled, averaged over days: fairness over time
+        "jain_daily_mean": round(sum(days) / len(days), 4) if days else 1.0,
+        "jain_daily_min": round(min(days), 4) if days else 1.0,
         "node_imbalance_pct": round(imbalance_s / last_t, 1) if last_t else 0.0,
         "preemptions": preemptions,
         "wasted_gpu_s": round(wasted, 1),
@@ -284,6 +296,24 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
         },
     }
     return PhillyResult(policy, metrics, timeline, {t: s.waits for t, s in stats.items()})
+
+
+def jain_index(xs: list[float]) -> float:
+    """Jain's index of ``xs`` (1: all equal); 1 for none."""
+    square = sum(x * x for x in xs)
+    return (sum(xs) ** 2) / (len(xs) * square) if xs and square > 0 else 1.0
+
+
+def day_spans(start: float, end: float, day: float = 86400.0) -> list[tuple[int, float]]:
+    """(day index, seconds) of the interval [start, end) in each day it touches."""
+    out: list[tuple[int, float]] = []
+    t = start
+    while t < end:
+        d = int(t // day)
+        stop = min(end, (d + 1) * day)
+        out.append((d, stop - t))
+        t = stop
+    return out
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -1,0 +1,57 @@
+"""fair-over-time: guarantee, with borrowers ordered by the GPU time they received recently.
+
+Queues below their guarantee are served first, exactly as ``guarantee`` does. Queues borrowing idle
+capacity are ordered by their usage decayed with a half-life (SLURM's fair-share decay, KAI's
+time-aware fairness) plus what they hold now, per unit of weight: with no history this is
+``guarantee``'s order, and a tenant that used a lot yesterday yields to one that used little. It
+replaces ``guarantee`` in a configuration (``usageHalfLifeSeconds`` sets the half-life);
+instantaneous fairness stays the presets' default.
+"""
+
+from __future__ import annotations
+
+import math
+
+from scheduler.core.framework import Framework, Session
+from scheduler.core.model import Queue
+from scheduler.core.plugins.guarantee import Guarantee
+
+
+def decayed(usage: float, allocated: float, dt: float, half_life: float) -> float:
+    """Usage after ``dt`` more seconds holding ``allocated``: the old usage decays, and the new is the
+    integral of ``allocated`` weighted by the same decay (exact for an allocation constant over ``dt``)."""
+    if dt <= 0:
+        return usage
+    keep = math.exp(-math.log(2) * dt / half_life)
+    return usage * keep + allocated * half_life / math.log(2) * (1.0 - keep)
+
+
+class FairOverTime(Guarantee):
+    name = "fair-over-time"
+
+    def register(self, fw: Framework) -> None:
+        self.usage: dict[str, float] = {}  # queue -> decayed GPU milli-seconds
+        self._at: float | None = None
+        fw.session_open.append((self.name, self.open))
+        fw.queue_order.append((self.name, self.queue_order))
+
+    def open(self, ssn: Session) -> None:
+        """Add the time since the last cycle at the allocations the last cycle left."""
+        half_life = self.sched.config.usage_half_life_s
+        if self._at is not None:
+            dt = ssn.now - self._at
+            for q in self.sched.cluster.queues.values():
+                self.usage[q.name] = decayed(self.usage.get(q.name, 0.0), float(q.allocated_gpu), dt, half_life)
+        self._at = ssn.now
+
+    def recent_share(self, queue: Queue) -> float:
+        """The queue's decayed usage as a share of the whole cluster over the decay's mean lifetime."""
+        window = self.sched.config.usage_half_life_s / math.log(2)
+        capacity = max(self.sched.placer.capacity, 1)
+        return self.usage.get(queue.name, 0.0) / (capacity * window)
+
+    def queue_order(self, queue: Queue, tier: int) -> tuple[float, ...]:
+        if queue.guaranteed_gpu > 0 and queue.allocated_gpu < queue.guaranteed_gpu:
+            return (0.0, queue.allocated_gpu / queue.guaranteed_gpu)
+        now = queue.allocated_gpu / max(self.sched.placer.capacity, 1)  # what it holds (moves within a cycle)
+        return (1.0, (self.recent_share(queue) + now) / max(queue.weight, 1e-9))
