@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from scheduler.core.scheduler import SchedulerConfig
 from scheduler.sim.traces import Problems, TraceError
 
 
@@ -31,10 +32,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     h.add_argument("--nodes", type=int, default=96)
     h.add_argument("--gpus-per-node", type=int, default=8)
     h.add_argument("--policy", choices=("ferry", "fifo", "volcano"), default="ferry")
+    h.add_argument("--config", type=Path, help="the scheduler's configuration file (as `ferry scheduler --config` "
+                   "reads it), applied over --policy: simulate the policy a cluster is configured with")
     h.add_argument("--json", action="store_true")
     h.add_argument("--plot", type=Path, help="write a PNG: utilization and queue over time, waits per tenant")
     h.add_argument("--strict", action="store_true")
     h.set_defaults(func=run_philly)
+
+
+def _config(path: Path, policy: str) -> SchedulerConfig:
+    """The scheduler's configuration file over the preset ``policy``, validated as the service does it."""
+    from scheduler.service.settings import Settings, parse
+
+    return parse(path.read_text(), Settings(SchedulerConfig.preset(policy), 1.0), source=str(path)).core
 
 
 def _report(problems: Problems) -> None:
@@ -89,10 +99,12 @@ def run_philly(args: argparse.Namespace) -> int:
         _report(problems)
         if not jobs:
             return _fail(f"{args.jobs}: no usable jobs")
+        config = _config(args.config, args.policy) if args.config else None
         t0 = time.monotonic()
         res = philly.simulate(jobs, vc, args.policy, args.nodes, args.gpus_per_node,
-                              progress=lambda s: print(f"ferry: {s}", file=sys.stderr, flush=True), notes=notes)
-    except (TraceError, ValueError) as exc:
+                              progress=lambda s: print(f"ferry: {s}", file=sys.stderr, flush=True), notes=notes,
+                              config=config)
+    except (TraceError, ValueError, OSError) as exc:
         return _fail(str(exc))
     for note in notes[:20]:
         print(f"ferry: note: {note}", file=sys.stderr)
@@ -107,6 +119,6 @@ def run_philly(args: argparse.Namespace) -> int:
         print(json.dumps(metrics))
     else:
         keys = ("avg_wait_s", "p50_wait_s", "p99_wait_s", "max_wait_s", "avg_jct_s", "gpu_utilization",
-                "jain_fairness", "preemptions", "wasted_gpu_s")
+                "jain_fairness", "jain_daily_mean", "preemptions", "wasted_gpu_s")
         print(" ".join(f"{k}={metrics[k]}" for k in keys))
     return 0

@@ -122,3 +122,21 @@ def test_simulate_cli_prints_json(tmp_path: Path) -> None:
     assert data["jobs"] == 2
     assert data["bad_rows"] == 1
     assert "jobs.csv:4: duration='x' is not a number" in out.stderr
+
+
+def test_simulate_cli_runs_the_services_configuration_file_and_refuses_a_bad_one(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("timestamp,duration,num_gpus,cluster\n0,100,8,a\n5,50,8,b\n6,50,8,a\n")
+    vc = tmp_path / "vc.csv"
+    vc.write_text("vc,node num\na,1\nb,1\n")
+    conf = tmp_path / "config.yaml"
+    conf.write_text("preset: ferry\nplugins: [priority, fair-over-time, capacity, binpack]\n"
+                    "usageHalfLifeSeconds: 3600\n")
+    base = [sys.executable, "-m", "ferry", "simulate", "philly", "--jobs", str(jobs), "--vc-nodes", str(vc),
+            "--nodes", "1", "--json", "--config", str(conf)]
+    data = json.loads(subprocess.run(base, capture_output=True, text=True, check=True).stdout)
+    assert data["jobs"] == 3 and "jain_daily_mean" in data
+    conf.write_text("plugins: [priority, fairness-over-time]\n")
+    bad = subprocess.run(base, capture_output=True, text=True)
+    assert bad.returncode != 0
+    assert "fairness-over-time" in bad.stderr and str(conf) in bad.stderr
