@@ -18,6 +18,8 @@ def test_the_file_overrides_what_it_sets_and_keeps_the_rest() -> None:
     assert s.core.starvation_preempt_after_s is None  # 0 switches it off
     assert s.core.victim_cooldown_s == BASE.core.victim_cooldown_s and "grow" not in s.core.actions
     assert parse("", BASE) == BASE
+    fair = parse("plugins: [priority, fair-over-time, capacity, fragmentation]\nusageHalfLifeSeconds: 7200\n", BASE)
+    assert fair.core.usage_half_life_s == 7200 and fair.core.plugins[-1] == "fragmentation"
 
 
 @pytest.mark.parametrize(("text", "says"), [
@@ -27,6 +29,8 @@ def test_the_file_overrides_what_it_sets_and_keeps_the_rest() -> None:
     ("backfill: maybe", "backfill: Input should be a valid boolean"),
     ("- a\n- b", "expected a mapping of settings, got list"),
     ("a: [", "not YAML"),
+    ("usageHalfLifeSeconds: 0", "usageHalfLifeSeconds: Input should be greater than 0"),
+    ("plugins: [priority, fgd]", "unknown plugin"),
 ])
 def test_a_bad_file_is_refused_with_the_field_and_the_reason(text: str, says: str) -> None:
     with pytest.raises(ConfigError, match=None) as info:
