@@ -27,6 +27,9 @@ class Placement:
     devices: tuple[int, ...]
 
 
+MAX_RANKINGS = 4096  # request shapes whose rankings are kept; past that they are ranked anew when asked
+
+
 @dataclass(frozen=True, slots=True)
 class Option:
     """One way to place a request on a node in state ``before``: the state it leaves, and for a GPU share
@@ -230,6 +233,8 @@ class Placer:
         version, epoch = self.order.node_order_version, self.classes.epoch
         ranking = self._rankings.get(req)
         if ranking is None or ranking.version != version or ranking.epoch != epoch:
+            if len(self._rankings) >= MAX_RANKINGS:  # request shapes come and go over a long life
+                self._rankings.clear()
             ranking = self._rankings[req] = _Ranking(version, epoch)
         if ranking.seen == len(self.classes):
             return ranking

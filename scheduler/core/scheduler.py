@@ -194,6 +194,9 @@ class Scheduler:
         counts = self._workload_of.pop(name, None)
         if counts is not None:
             self._workload.subtract(counts)
+            for req in counts:  # no entry for a request nobody holds any more (shapes come and go)
+                if self._workload[req] <= 0:
+                    del self._workload[req]
             self.workload_changes += counts.total()
 
     def workload(self) -> Counter[Request]:

@@ -76,6 +76,9 @@ class Fragmentation(Plugin):
             self._build()
         assert self._typical is not None
         todo = list({s for s in states if s not in self._frag})
+        if todo and len(self._frag) > 1 << 16:  # states come and go; the typical pods may not change
+            self._frag.clear()
+            todo = list(set(states))
         if todo:
             width = max((len(s.frees) for s in todo), default=0)
             free = np.full((len(todo), width), -1, dtype=np.int64)
