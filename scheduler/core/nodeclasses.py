@@ -12,12 +12,17 @@ the model was built at once or by deltas.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from scheduler.core.model import GPU_MILLI, Node
 
 _GROUP = 1 << 24  # packs a device's group and free milli into one int of a node's raw key
+
+
+def _canonical(groups: Iterable[Iterable[int]]) -> tuple[tuple[int, ...], ...]:
+    """Free milli per device sorted within each group, groups sorted: equal for interchangeable nodes."""
+    return tuple(sorted(tuple(sorted(g, reverse=True)) for g in groups))
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,8 +38,7 @@ class NodeState:
         by_group: dict[int, list[int]] = {}
         for d in node.devices:
             by_group.setdefault(d.group, []).append(d.free)
-        groups = tuple(sorted(tuple(sorted(frees, reverse=True)) for frees in by_group.values()))
-        return cls(node.model, node.free_cpu, groups)
+        return cls(node.model, node.free_cpu, _canonical(by_group.values()))
 
     @property
     def frees(self) -> tuple[int, ...]:
@@ -70,8 +74,7 @@ class NodeState:
                 if left and f == GPU_MILLI:
                     g[j] = 0
                     left -= 1
-        return NodeState(self.model, self.cpu_free - cpu,
-                         tuple(sorted(tuple(sorted(g, reverse=True)) for g in groups)))
+        return NodeState(self.model, self.cpu_free - cpu, _canonical(groups))
 
     def after_share(self, free: int, milli: int, cpu: int) -> NodeState:
         """The state after taking ``milli`` of a device that has ``free`` milli (one that exists)."""
@@ -80,8 +83,7 @@ class NodeState:
             if free in g:
                 g[g.index(free)] = free - milli
                 break
-        return NodeState(self.model, self.cpu_free - cpu,
-                         tuple(sorted(tuple(sorted(g, reverse=True)) for g in groups)))
+        return NodeState(self.model, self.cpu_free - cpu, _canonical(groups))
 
 
 class Members:
@@ -119,12 +121,11 @@ class Members:
         return heap[0][1] if heap else None
 
     def __iter__(self) -> Iterator[str]:
-        heap, since = self._heap, self.since
-        while heap and since.get(heap[0][1]) != heap[0][0]:
-            heapq.heappop(heap)
-        if not heap:
+        first = self.first()
+        if first is None:
             return
-        yield heap[0][1]
+        yield first
+        heap, since = self._heap, self.since
         # the rest in order without disturbing the heap: a frontier of heap positions
         frontier: list[tuple[tuple[int, str], int]] = []
         for child in (1, 2):

@@ -114,7 +114,8 @@ class Scheduler:
         self._workload: Counter[Request] = Counter()
         self._workload_of: dict[str, Counter[Request]] = {}
         self._expected: Counter[Request] | None = None
-        self.workload_changes = 0
+        self.workload_changes = 0  # replicas added or removed since the start
+        self.workload_replaced = 0  # how often :meth:`expect` changed what the workload is
         self.configure(config or SchedulerConfig())
         for job in cluster.jobs.values():
             self._adopt(job)
@@ -207,7 +208,7 @@ class Scheduler:
         """Plan placements for this distribution of replicas instead of the jobs held (a simulator that
         knows its trace, as FGD's method does); None: the jobs held again."""
         self._expected = workload
-        self.workload_changes += 1 << 30
+        self.workload_replaced += 1
 
     def replace(self, job: Job) -> None:
         """A job whose spec or members changed (e.g. an informer delta) takes the place of the one of the same

@@ -262,7 +262,8 @@ class RandomFit(_Base):
 
 
 class _Fragmentation(_Base):
-    """Shared machinery of FGD and Ferry: per-shape score caches invalidated per changed node."""
+    """FGD's scoring over node arrays (the published baseline): per-shape score caches invalidated per
+    changed node."""
 
     def __init__(self, c: ClusterArrays, ranks: IntArray, typical: TypicalPods) -> None:
         super().__init__(c, ranks)

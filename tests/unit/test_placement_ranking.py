@@ -46,18 +46,23 @@ def _options(placer: Placer, node: Node, req: Request) -> list[Option]:
     return options
 
 
+def _keys(placer: Placer, node: Node, req: Request) -> list[tuple[float, ...]]:
+    """The node's keys for ``req`` scored on their own (a multi-GPU replica in one NVLink group first)."""
+    keys = []
+    for option in _options(placer, node, req):
+        key = placer.order.node_keys(req, [option])[0]
+        if req.gpus > 1 and not req.is_share:
+            key = (1.0 if option.before.one_group_fits(req.gpus) else 0.0, *key)
+        keys.append(key)
+    return keys
+
+
 def _best_key(placer: Placer, req: Request) -> tuple[float, ...] | None:
     """The best key over every node that fits, scored one by one."""
-    best: tuple[float, ...] | None = None
-    for node in placer.cluster.nodes.values():
-        if not node.schedulable or node.free_mem < req.mem_mib or node.pods >= node.max_pods:
-            continue
-        for option in _options(placer, node, req):
-            key = placer.order.node_keys(req, [option])[0]
-            if req.gpus > 1 and not req.is_share:
-                key = (1.0 if option.before.one_group_fits(req.gpus) else 0.0, *key)
-            best = key if best is None or key > best else best
-    return best
+    keys = [k for node in placer.cluster.nodes.values()
+            if node.schedulable and node.free_mem >= req.mem_mib and node.pods < node.max_pods
+            for k in _keys(placer, node, req)]
+    return max(keys) if keys else None
 
 
 def _fill(sched: Scheduler, rng: random.Random, jobs: int) -> None:
@@ -85,12 +90,7 @@ def test_the_node_found_has_the_best_key_of_all_nodes_that_fit(plugins: tuple[st
             continue
         assert found is not None, req
         node = sched.cluster.nodes[found[0]]
-        keys = []
-        for option in _options(sched.placer, node, req):
-            key = sched.placer.order.node_keys(req, [option])[0]
-            if req.gpus > 1 and not req.is_share:
-                key = (1.0 if option.before.one_group_fits(req.gpus) else 0.0, *key)
-            keys.append(key)
+        keys = _keys(sched.placer, node, req)
         assert keys and max(keys) == best, (req, found, keys, best)
         if req.is_share:
             assert node.devices[found[1][0]].free >= req.gpu_milli

@@ -50,8 +50,6 @@ class FairOverTime(Guarantee):
         capacity = max(self.sched.placer.capacity, 1)
         return self.usage.get(queue.name, 0.0) / (capacity * window)
 
-    def queue_order(self, queue: Queue, tier: int) -> tuple[float, ...]:
-        if queue.guaranteed_gpu > 0 and queue.allocated_gpu < queue.guaranteed_gpu:
-            return (0.0, queue.allocated_gpu / queue.guaranteed_gpu)
-        now = queue.allocated_gpu / max(self.sched.placer.capacity, 1)  # what it holds (moves within a cycle)
-        return (1.0, (self.recent_share(queue) + now) / max(queue.weight, 1e-9))
+    def borrowing(self, queue: Queue) -> float:
+        """Recent usage plus what it holds now (which moves within a cycle), as shares of the cluster."""
+        return self.recent_share(queue) + super().borrowing(queue)

@@ -41,6 +41,7 @@ class Fragmentation(Plugin):
         self._frag: dict[NodeState, float] = {}
         self._built_at = -1  # the scheduler's workload change count when the typical pods were read
         self._built_size = 0
+        self._replaced = 0  # the scheduler's workload_replaced when the typical pods were read
         self._cpu_norm = self._gpu_norm = 1.0
         fw.session_open.append((self.name, self.open))
         fw.ties_by_name = True
@@ -50,7 +51,8 @@ class Fragmentation(Plugin):
     # the expected workload -------------------------------------------------------
     def open(self, ssn: Session) -> None:
         changed = self.sched.workload_changes - self._built_at
-        if self._typical is None or changed > REFRESH_SHARE * max(self._built_size, 1):
+        if (self._typical is None or self.sched.workload_replaced != self._replaced
+                or changed > REFRESH_SHARE * max(self._built_size, 1)):
             self._build()
 
     def _build(self) -> None:
@@ -68,6 +70,7 @@ class Fragmentation(Plugin):
         self._typical = TypicalPods.from_shapes(shapes or {(0, GPU_MILLI, 1, ()): 1}, self._models)
         self._frag.clear()
         self._built_at, self._built_size = sched.workload_changes, sum(shapes.values())
+        self._replaced = sched.workload_replaced
         self.fw.node_order_changed()
 
     def _fragmentation(self, states: Sequence[NodeState]) -> list[float]:

@@ -16,5 +16,8 @@ class Guarantee(Plugin):
     def queue_order(self, queue: Queue, tier: int) -> tuple[float, ...]:
         if queue.guaranteed_gpu > 0 and queue.allocated_gpu < queue.guaranteed_gpu:
             return (0.0, queue.allocated_gpu / queue.guaranteed_gpu)
-        capacity = max(self.sched.placer.capacity, 1)
-        return (1.0, queue.allocated_gpu / (max(queue.weight, 1e-9) * capacity))
+        return (1.0, self.borrowing(queue) / max(queue.weight, 1e-9))
+
+    def borrowing(self, queue: Queue) -> float:
+        """How much a queue at or over its guarantee has, for the order among borrowers (share of the cluster)."""
+        return queue.allocated_gpu / max(self.sched.placer.capacity, 1)
