@@ -270,6 +270,13 @@ class Scheduler:
             if not self.pending[tier][queue]:
                 del self.pending[tier][queue]
 
+    def smallest_pending_gpu(self, tier: int, queue: str) -> int:
+        """GPU milli of the smallest job ``queue`` has waiting in ``tier``: the least it would take next."""
+        shapes = self.pending[tier].get(queue)
+        if not shapes:
+            return 0
+        return min(sum(req.gpu_total * n for req, n in shape) for shape in shapes)
+
     def pending_jobs(self) -> Iterator[Job]:
         for name in self._slot:
             yield self.cluster.jobs[name]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from scheduler.core.decisions import Bind, CancelEviction, Evict, NotifyWillEvict, Shrink
 from scheduler.core.model import JobPhase, ReplicaPhase, Tier
 from tests.unit.core_helpers import cluster, gang, node, queue, scheduler
@@ -227,7 +229,8 @@ def test_starving_big_gang_gets_a_reservation_while_backfill_continues() -> None
 
 
 def test_a_starving_gang_whose_hold_never_drains_evicts_only_the_borrowers_that_overtook_it() -> None:
-    c = cluster([node(f"n{i}", 8) for i in range(1, 5)], [queue("a", 8), queue("b", 0)])
+    # b's guarantee is b-old; it borrows less than a, so its later jobs start first and pass the big gang
+    c = cluster([node(f"n{i}", 8) for i in range(1, 5)], [queue("a", 8), queue("b", 4)])
     s = scheduler(c, reservation_after_s=100.0, starvation_preempt_after_s=500.0, preemption_retry_s=0.0)
     s.submit(gang("a-long", "a", 1, 8, submit=0))
     s.submit(gang("b-old", "b", 1, 4, submit=0))
@@ -254,6 +257,24 @@ def test_a_starving_gang_whose_hold_never_drains_evicts_only_the_borrowers_that_
     s.cycle(632)
     assert c.jobs["big"].phase is JobPhase.RUNNING
     assert c.jobs["b-old"].phase is JobPhase.RUNNING
+
+
+@pytest.mark.parametrize(("weight", "first"), [(0.01, "a-next"), (2.0, "x-job")])
+def test_a_queue_without_guarantee_borrows_by_what_it_would_hold_after_its_job(weight: float, first: str) -> None:
+    """Holding nothing does not put a queue of almost no weight ahead of every borrower: it is ranked
+    by its share once its job ran (8 GPUs of 16 per its weight) against a's borrowing (8 of 16 at weight 1)."""
+    x = queue("x")
+    x.weight = weight
+    c = cluster([node("n1", 8), node("n2", 8)], [queue("a", 4), x])
+    s = scheduler(c)
+    s.submit(gang("a-run", "a", 1, 8, submit=0))
+    s.cycle(0)
+    s.submit(gang("x-job", "x", 1, 8, submit=1))
+    s.submit(gang("a-next", "a", 1, 4, submit=1))
+    s.cycle(1)
+    assert c.jobs[first].phase is JobPhase.RUNNING
+    other = ({"a-next", "x-job"} - {first}).pop()
+    assert c.jobs[other].phase is JobPhase.PENDING
 
 
 def test_main_task_success_completes_the_job_and_stops_the_rest() -> None:

@@ -1,5 +1,11 @@
 """guarantee: queues below their guaranteed share are served first (least served first), then queues
-borrowing idle capacity by their use per unit of weight — fair borrowing."""
+borrowing idle capacity by their use per unit of weight — fair borrowing.
+
+A queue with no guarantee is ranked by what it would hold once its smallest waiting job started. By
+its use alone, such a queue holding nothing would outrank every borrower whatever its weight, and take
+a whole node the moment one frees. Under overload a tenant of almost no weight then received several
+times its fair share (Philly, 88 nodes: 3.9x, Jain 0.70), while tenants of real weight with jobs that
+fit waited."""
 
 from __future__ import annotations
 
@@ -16,7 +22,10 @@ class Guarantee(Plugin):
     def queue_order(self, queue: Queue, tier: int) -> tuple[float, ...]:
         if queue.guaranteed_gpu > 0 and queue.allocated_gpu < queue.guaranteed_gpu:
             return (0.0, queue.allocated_gpu / queue.guaranteed_gpu)
-        return (1.0, self.borrowing(queue) / max(queue.weight, 1e-9))
+        share = self.borrowing(queue)
+        if queue.guaranteed_gpu <= 0:
+            share += self.sched.smallest_pending_gpu(tier, queue.name) / max(self.sched.placer.capacity, 1)
+        return (1.0, share / max(queue.weight, 1e-9))
 
     def borrowing(self, queue: Queue) -> float:
         """How much a queue at or over its guarantee has, for the order among borrowers (share of the cluster)."""
