@@ -21,3 +21,6 @@ TOPOLOGY_ANNOTATION = PREFIX + "gpu-topology"
 MODEL_LABEL = PREFIX + "gpu-model"
 DOMAIN_LABEL = PREFIX + "topology-domain"
 TIER_ANNOTATION = PREFIX + "tier"
+# on a tenant PodGroup (or a Kueue group's pods): "prep, server:Running" — PodGroups of the same namespace
+# and kind that must have succeeded (default) or started before this gang starts
+DEPENDS_ON_ANNOTATION = PREFIX + "depends-on"

@@ -7,12 +7,13 @@ Training-Operator creates no pods before that.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
 import structlog
 
-from ferry.keys import POD_GROUP_LABEL, TIER_ANNOTATION
+from ferry.keys import DEPENDS_ON_ANNOTATION, POD_GROUP_LABEL, TIER_ANNOTATION
 from ferry.kube import quantity
 from ferry.kube.rest import Rest, message_of, path, status_of
 from vnode import naming, status
@@ -39,6 +40,7 @@ class InvalidGroup(ValueError):
 
 
 MAX_MEMBERS = 100_000  # the compute PodGroup's own limit
+MAX_DEPENDENCIES = 32  # the compute PodGroup's dependsOn limit
 
 
 def min_task_member(group: str, value: Any) -> dict[str, int]:
@@ -67,6 +69,26 @@ def min_resources(group: str, value: Any) -> dict[str, str]:
         except (TypeError, ValueError, ArithmeticError):
             raise InvalidGroup(f"PodGroup {group}: minResources[{k}] = {v!r} is not a quantity") from None
         out[str(k)] = str(v)
+    return out
+
+
+_DEP = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)(:(Running|Succeeded))?$")
+
+
+def depends_on(group: str, value: str | None) -> list[tuple[str, str]]:
+    """The annotation's ``name[:Running|Succeeded]`` list as (tenant PodGroup name, phase)."""
+    out: list[tuple[str, str]] = []
+    for item in (value or "").split(","):
+        if not (item := item.strip()):
+            continue
+        m = _DEP.match(item)
+        if m is None:
+            raise InvalidGroup(f"PodGroup {group}: {DEPENDS_ON_ANNOTATION} item {item!r} is not "
+                               "<PodGroup name>[:Running|:Succeeded]")
+        out.append((m.group(1), m.group(4) or "Succeeded"))
+    if len(out) > MAX_DEPENDENCIES:
+        raise InvalidGroup(f"PodGroup {group}: {DEPENDS_ON_ANNOTATION} names {len(out)} PodGroups, at most "
+                           f"{MAX_DEPENDENCIES}")
     return out
 
 
@@ -124,6 +146,10 @@ class Gangs:
             out["minResources"] = min_resources(gang.name, spec["minResources"])
         if spec.get("minTaskMember"):
             out["minTaskMember"] = min_task_member(gang.name, spec["minTaskMember"])
+        deps = depends_on(gang.name, ((group or pod)["metadata"].get("annotations") or {}).get(DEPENDS_ON_ANNOTATION))
+        if deps:  # the compute names of the same namespace's PodGroups of the same kind
+            out["dependsOn"] = [{"name": compute_group_name(self.b, GangRef(gang.kind, gang.namespace, name)),
+                                 "phase": phase} for name, phase in deps]
         return out
 
     async def ensure(self, pod: Obj) -> None:

@@ -16,6 +16,10 @@ Extension points and how several plugins' answers combine:
 ``job_order``             sort key parts, concatenated in plugin order (then age, then name)
 ``queue_order``           sort key parts, concatenated in plugin order (least first)
 ``admit``                 why a job may not start in its queue now: the first plugin that objects
+                          (queue-wide: the queue's other jobs of that shape are passed over too)
+``gate``                  why this one job may not start yet, whatever the capacity (e.g. a
+                          dependency): the first that objects; a gated job holds no nodes and
+                          preempts nobody, and the jobs behind it are not held up
 ``urgent``                a pending job that should be looked at first by victim searches: any
 ``victim_filter``         whether a running job may be a victim at all, whoever asks: every plugin must agree
 ``victim_rule``           the rule under which it may be evicted for a preemptor: the first that grants
@@ -51,6 +55,7 @@ ShapeKey = tuple[tuple[Request, int], ...]  # a pending job's replicas: how many
 QueueOrderFn = Callable[[Queue, int], tuple[float, ...]]
 JobOrderFn = Callable[[Job], tuple[Any, ...]]
 AdmitFn = Callable[[Queue, Job], "str | None"]
+GateFn = Callable[[Job, "Session"], "str | None"]
 UrgentFn = Callable[[Job, "Session"], bool]
 VictimFilterFn = Callable[[Job, "Session"], bool]
 VictimRuleFn = Callable[[Job, Job, "Session"], bool]
@@ -96,6 +101,7 @@ class Framework:
         self.queue_order: list[tuple[str, QueueOrderFn]] = []
         self.job_order: list[tuple[str, JobOrderFn]] = []
         self.admit: list[tuple[str, AdmitFn]] = []
+        self.gate: list[tuple[str, GateFn]] = []
         self.urgent: list[tuple[str, UrgentFn]] = []
         self.victim_filter: list[tuple[str, VictimFilterFn]] = []
         self.victim_rule: list[tuple[str, VictimRuleFn]] = []
@@ -145,6 +151,13 @@ class Framework:
     def blocked(self, queue: Queue, job: Job) -> str | None:
         for _, fn in self.admit:
             why = fn(queue, job)
+            if why is not None:
+                return why
+        return None
+
+    def gated(self, job: Job, ssn: Session) -> str | None:
+        for _, fn in self.gate:
+            why = fn(job, ssn)
             if why is not None:
                 return why
         return None

@@ -170,6 +170,15 @@ class Task:
         return self.replicas if self.min_available is None else self.min_available
 
 
+@dataclass(frozen=True, slots=True)
+class Dependency:
+    """A job starts only once ``job`` (another job's name) reached ``phase``: ``Running`` (it started, or
+    already ended well) or ``Succeeded``."""
+
+    job: str
+    phase: JobPhase = JobPhase.SUCCEEDED
+
+
 @dataclass
 class Job:
     """A gang: scheduled all-or-nothing for ``min_member`` replicas (default: every task's minimum)."""
@@ -183,6 +192,7 @@ class Job:
     min_member: int | None = None
     elastic_max: int | None = None  # elastic jobs may grow their last task up to this many replicas
     main_task: str | None = None  # its success completes the job and stops the rest
+    depends_on: tuple[Dependency, ...] = ()
     phase: JobPhase = JobPhase.PENDING
     replicas: list[Replica] = field(default_factory=list)
     start_time: float | None = None

@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +31,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "ferry": {
         "actions": ("allocate", "reserve", "preempt", "grow"),
         "plugins": ("priority", "guarantee", "capacity", "protection", "tier-preemption", "reclaim", "starvation",
-                    "binpack"),
+                    "dependencies", "binpack"),
     },
     # strict gang FIFO: one global order by priority and age; nothing passes a job that does not fit
     "fifo": {"actions": ("allocate",), "plugins": ("priority", "fifo"), "backfill": False},
@@ -62,6 +62,8 @@ class SchedulerConfig:
     victim_cooldown_s: float = 60.0  # protection: a job spared or evicted is not a victim again this soon
     min_runtime_s: float = 300.0  # protection: a job that started less than this ago is not a victim (no thrash)
     usage_half_life_s: float = 86400.0  # fair-over-time: recent GPU usage counts with this half-life
+    # dependencies: a job whose dependency does not exist this long after it arrived can never start
+    dependency_timeout_s: float = 600.0
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> SchedulerConfig:
@@ -75,12 +77,22 @@ class SchedulerConfig:
     def __post_init__(self) -> None:
         if self.usage_half_life_s <= 0:
             raise ValueError(f"usage_half_life_s must be positive, got {self.usage_half_life_s}")
+        if self.dependency_timeout_s < 0:
+            raise ValueError(f"dependency_timeout_s must not be negative, got {self.dependency_timeout_s}")
         for kind, names, known in (("action", self.actions, ACTIONS), ("plugin", self.plugins, PLUGINS)):
             unknown = [n for n in names if n not in known]
             if unknown:
                 raise ValueError(f"unknown {kind}(s) {', '.join(unknown)}; known: {', '.join(known)}")
             if len(set(names)) != len(names):
                 raise ValueError(f"a {kind} is named twice in {', '.join(names)}")
+
+
+DELETED = "deleted"
+OUTCOMES = 100_000  # ended jobs whose outcome the scheduler remembers for dependencies
+
+
+def _nowhere(name: str) -> JobPhase | None:
+    return None
 
 
 def shape_key(job: Job) -> ShapeKey:
@@ -116,6 +128,10 @@ class Scheduler:
         self._expected: Counter[Request] | None = None
         self.workload_changes = 0  # replicas added or removed since the start
         self.workload_replaced = 0  # how often :meth:`expect` changed what the workload is
+        # how jobs the model no longer holds ended (for dependencies), oldest first, at most OUTCOMES kept;
+        # an adapter that keeps the record elsewhere (a PodGroup's status) answers first
+        self.outcomes: dict[str, JobPhase] = {}
+        self.phase_elsewhere: Callable[[str], JobPhase | None] = _nowhere
         self.configure(config or SchedulerConfig())
         for job in cluster.jobs.values():
             self._adopt(job)
@@ -277,6 +293,14 @@ class Scheduler:
             return 0
         return min(sum(req.gpu_total * n for req, n in shape) for shape in shapes)
 
+    def phase_of(self, name: str) -> JobPhase | None:
+        """A job's phase: the model's while it holds the job, else the adapter's record, else how it
+        ended here; None for a job never seen."""
+        job = self.cluster.jobs.get(name)
+        if job is not None:
+            return job.phase
+        return self.phase_elsewhere(name) or self.outcomes.get(name)
+
     def pending_jobs(self) -> Iterator[Job]:
         for name in self._slot:
             yield self.cluster.jobs[name]
@@ -332,12 +356,17 @@ class Scheduler:
         if job is None:
             return
         if not job.phase.terminal:
-            self.finish(job_name, JobPhase.FAILED, "deleted")
+            self.finish(job_name, JobPhase.FAILED, DELETED)
         del self.cluster.jobs[job_name]
 
     def _end(self, job: Job, phase: JobPhase, reason: str) -> None:
         was_running = job.phase.holds_resources
         job.phase, job.reason = phase, reason
+        if phase in (JobPhase.SUCCEEDED, JobPhase.FAILED) and reason != DELETED:  # deleted: nobody knows
+            self.outcomes.pop(job.name, None)
+            self.outcomes[job.name] = phase
+            if len(self.outcomes) > OUTCOMES:
+                del self.outcomes[next(iter(self.outcomes))]
         self._uncount(job.name)
         self.unindex(job.name)
         self.elastic.pop(job.name, None)

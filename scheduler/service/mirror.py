@@ -30,6 +30,7 @@ from scheduler.service.snapshot import (
     build_queues,
     charge,
     file_pod,
+    group_phase,
     namespace_queues,
     record,
 )
@@ -160,6 +161,8 @@ class Mirror:
         pods = {k: with_assumed(p, assumed) for k, p in store.items()}
         self.snap = build(dict(self._nodes), pods, dict(self._groups), dict(self._queues), now, self._shapes)
         self.sched = Scheduler(self.snap.cluster, self.config, NoHooks())
+        # a dependency the model does not hold (all its pods ended or are gone): its PodGroup's status says
+        self.sched.phase_elsewhere = lambda name: group_phase(self._groups.get(name))
         self._filed.clear()
         self._members.clear()
         self._ended.clear()
@@ -235,8 +238,9 @@ class Mirror:
 
 def same(old: Job, new: Job) -> bool:
     """Nothing the scheduler decides on differs between the model's job and one derived afresh."""
-    if (old.queue, old.tier, old.priority, old.min_member, old.elastic_max, old.main_task, old.submit_time) != (
-            new.queue, new.tier, new.priority, new.min_member, new.elastic_max, new.main_task, new.submit_time):
+    if (old.queue, old.tier, old.priority, old.min_member, old.elastic_max, old.main_task, old.submit_time,
+            old.depends_on) != (new.queue, new.tier, new.priority, new.min_member, new.elastic_max, new.main_task,
+                                new.submit_time, new.depends_on):
         return False
     if old.phase.terminal or len(old.replicas) != len(new.replicas):
         return False

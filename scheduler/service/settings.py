@@ -43,6 +43,9 @@ class ConfigFile(BaseModel):
     victim_cooldown_seconds: float | None = Field(None, ge=0)
     preemption_retry_seconds: float | None = Field(None, ge=0)
     usage_half_life_seconds: float | None = Field(None, gt=0, description="fair-over-time: half-life of usage")
+    dependency_timeout_seconds: float | None = Field(
+        None, ge=0, description="dependencies: a job whose dependency does not exist this long after it arrived "
+                                "can never start")
 
     @field_validator("preset")
     @classmethod
@@ -85,6 +88,7 @@ _CORE_FIELDS = {
     "max_hold_doublings": "max_hold_doublings", "starvation_preempt_after_seconds": "starvation_preempt_after_s",
     "preemption_attempts": "preemption_attempts", "victim_cooldown_seconds": "victim_cooldown_s",
     "preemption_retry_seconds": "preemption_retry_s", "usage_half_life_seconds": "usage_half_life_s",
+    "dependency_timeout_seconds": "dependency_timeout_s",
 }
 
 

@@ -32,6 +32,7 @@ from ferry.kube import quantity
 from scheduler.core.model import (
     GPU_MILLI,
     Cluster,
+    Dependency,
     Device,
     Job,
     JobPhase,
@@ -345,6 +346,7 @@ class JobShape:
     will_evict_at: str | None
     will_evict_by: str | None
     started: float | None  # when it last started: its PodGroup's scheduledTime, else its pods' start
+    depends_on: tuple[Dependency, ...] = ()
 
 
 @dataclass
@@ -385,7 +387,7 @@ def _job(name: str, pods: list[Obj], group: Obj | None, ns_queue: dict[str, str]
               submit_time=shape.submit_time, tier=shape.tier, priority=shape.priority, min_member=shape.min_member,
               replicas=[Replica(t, i, ReplicaPhase.BOUND if node else ReplicaPhase.PENDING, node, devices)
                         for t, i, node, devices in shape.replicas],
-              elastic_max=shape.elastic_max, main_task=shape.main_task)
+              elastic_max=shape.elastic_max, main_task=shape.main_task, depends_on=shape.depends_on)
     if job.bound():
         job.start_time = shape.started
     if shape.will_evict_at and job.bound():
@@ -467,7 +469,26 @@ def _shape(pods: list[Obj], group: Obj | None, namespace_queue: str | None) -> J
         will_evict_by=next((a[WILL_EVICT_BY] for p in pods
                             if (a := p["metadata"].get("annotations", {})).get(WILL_EVICT_BY)), None),
         started=_ts(started) if started else None,
+        depends_on=dependencies(pods[0]["metadata"]["namespace"], gspec.get("dependsOn")),
     )
+
+
+def group_phase(group: Obj | None) -> JobPhase | None:
+    """The phase a PodGroup's status records (the service wrote it), or None."""
+    phase = str(((group or {}).get("status") or {}).get("phase") or "")
+    return JobPhase(phase) if phase in set(JobPhase) else None
+
+
+def dependencies(namespace: str, value: Any) -> tuple[Dependency, ...]:
+    """A PodGroup's ``spec.dependsOn`` (PodGroups of its namespace, each with the phase to reach; the
+    CRD validates the form) as the core's dependencies."""
+    out = []
+    for item in value or ():
+        phase = item.get("phase") or "Succeeded"
+        if phase not in ("Running", "Succeeded"):
+            raise BadSpec(f"dependsOn {item.get('name')!r}: phase {phase!r} is not Running or Succeeded")
+        out.append(Dependency(f"{namespace}/{item['name']}", JobPhase(phase)))
+    return tuple(out)
 
 
 def _ts(text: str) -> float:

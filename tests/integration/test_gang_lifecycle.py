@@ -129,6 +129,36 @@ async def test_launcher_and_workers_gang_completes(tenant_api: client.ApiClient,
     assert job.status.succeeded == 1
 
 
+async def test_a_tenant_gang_declared_after_another_starts_once_that_one_succeeded(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """The tenant says it on its own PodGroup (an annotation naming its PodGroups); the vnode writes the
+    compute PodGroup's dependsOn in compute names."""
+    custom = client.CustomObjectsApi(tenant_api)
+    for name, deps in (("prep", None), ("train", "prep")):
+        await custom.create_namespaced_custom_object(*VOLCANO, tenant_ns, "podgroups", {
+            "apiVersion": "/".join(VOLCANO), "kind": "PodGroup",
+            "metadata": {"name": name, "annotations": {"kubeferry.io/depends-on": deps} if deps else {}},
+            "spec": {"minMember": 1}})
+    core = client.CoreV1Api(tenant_api)
+    await core.create_namespaced_pod(tenant_ns, member("train-0", "volcano", "train", duration="1s"))
+    await core.create_namespaced_pod(tenant_ns, member("prep-0", "volcano", "prep", duration="3s"))
+
+    async def completed() -> dict[str, Any] | None:
+        st = await status_of(tenant_api, VOLCANO, tenant_ns, "train")
+        return st if st.get("phase") == "Completed" else None
+
+    await eventually(completed, timeout=90, what="train Completed")
+    by_upstream = {g["metadata"]["annotations"][naming.UPSTREAM_NAME_ANNOTATION]: g
+                   for g in await compute_groups(compute_api, tenant_ns)}
+    assert by_upstream["train"]["spec"]["dependsOn"] == [
+        {"name": by_upstream["prep"]["metadata"]["name"], "phase": "Succeeded"}]
+    pods = {p.metadata.annotations[naming.UPSTREAM_NAME_ANNOTATION]: p for p in (
+        await client.CoreV1Api(compute_api).list_namespaced_pod(
+            "tenant-1", label_selector=f"{naming.UPSTREAM_NS_LABEL}={tenant_ns}")).items}
+    prep_end = max(_ts(c.state.terminated.finished_at) for c in pods["prep-0"].status.container_statuses)
+    assert _ts(pods["train-0"].status.start_time) >= prep_end - 1  # timestamps have whole seconds
+
+
 async def _compute_event(compute: client.ApiClient, pod: Any, reason: str) -> None:
     """An Event about a compute pod, as a kubelet or the scheduler would write it."""
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

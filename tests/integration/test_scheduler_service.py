@@ -81,6 +81,44 @@ async def test_gang_waits_whole_then_binds_in_one_cycle(
     assert pg["metadata"]["name"] == "train"
 
 
+async def test_a_gang_starts_only_after_its_dependency_succeeded_and_a_failed_one_is_reported(
+    ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str, private_node: str
+) -> None:
+    core = client.CoreV1Api(compute_api)
+    custom = client.CustomObjectsApi(compute_api)
+    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
+    groups = {"prep": [], "train": [{"name": "prep"}], "doomed": [], "after-doomed": [{"name": "doomed"}]}
+    for name, deps in groups.items():
+        await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": name},
+            "spec": {"minMember": 1, **({"dependsOn": deps} if deps else {})}})
+    await core.create_namespaced_pod(compute_ns, pod("prep-0", compute_ns, group="prep", duration="3s"))
+    doomed = pod("doomed-0", compute_ns, group="doomed", duration="1s")
+    doomed["metadata"]["annotations"]["kubeferry.io/sim-exit-code"] = "1"
+    await core.create_namespaced_pod(compute_ns, doomed)
+    for name in ("train", "after-doomed"):
+        await core.create_namespaced_pod(compute_ns, pod(f"{name}-0", compute_ns, group=name))
+
+    async def unschedulable(group: str, text: str) -> str | None:
+        pg = await custom.get_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", group)
+        conds = pg.get("status", {}).get("conditions", [])
+        return next((c["message"] for c in conds if c["type"] == "Scheduled" and c["status"] == "False"
+                     and text in c["message"]), None)
+
+    await eventually(lambda: unschedulable("train", f"waiting for {compute_ns}/prep to succeed"), timeout=30,
+                     what="train waiting for prep")
+    assert await _node_of(core, compute_ns, "prep-0") == private_node  # capacity was there all along
+    assert await _node_of(core, compute_ns, "train-0") is None
+    assert await eventually(lambda: _node_of(core, compute_ns, "train-0"), timeout=60, what="train bound") == \
+        private_node
+    prep = await core.read_namespaced_pod("prep-0", compute_ns)
+    assert prep.status.phase == "Succeeded"  # not before: train was bound after prep ended
+    message = await eventually(lambda: unschedulable("after-doomed", "can never start"), timeout=60,
+                               what="after-doomed reported as never startable")
+    assert f"{compute_ns}/doomed failed" in message
+    assert await _node_of(core, compute_ns, "after-doomed-0") is None
+
+
 async def _phase(custom: client.CustomObjectsApi, ns: str) -> bool:
     pg = await custom.get_namespaced_custom_object(GROUP, VERSION, ns, "podgroups", "train")
     return bool(pg.get("status", {}).get("phase") == "Running")

@@ -160,3 +160,23 @@ def test_the_model_fed_by_deltas_equals_the_model_built_at_once() -> None:
     w.cycle(7)
     w.cycle(8)
     assert w.mirror.rebuilds == 1  # all of it by deltas
+
+
+def test_a_dependency_is_met_through_the_podgroup_status_once_its_pods_ended() -> None:
+    w = World()
+    w.put_queue(queue("q", 8, "a"))
+    w.put_node(node("n1", 4))
+    w.put_group(group("prep", min_member=1))
+    w.put_group(group("train", min_member=1, dependsOn=[{"name": "prep", "phase": "Succeeded"}]))
+    w.put_pod(pod("prep-0", group="prep"))
+    w.put_pod(pod("train-0", group="train"))
+    assert [b.job for b in w.cycle(1.0)] == ["a/prep"]
+    sched, _ = w.mirror.sync(2.0, {})
+    assert sched.cycle(2.0).pending_reasons["a/train"] == "waiting for a/prep to succeed (it is Running)"
+    done = copy.deepcopy(w.pods["a/prep-0"])
+    done["status"]["phase"] = "Succeeded"
+    w.put_pod(done)  # the gang ended: the model forgets it, its PodGroup's status keeps the outcome
+    finished = copy.deepcopy(w.groups["a/prep"])
+    finished["status"] = {"phase": "Succeeded", "succeeded": 1}
+    w.put_group(finished)
+    assert [b.job for b in w.cycle(3.0)] == ["a/train"]

@@ -11,7 +11,7 @@ import pytest
 
 from ferry.kube.workqueue import WorkQueue
 from vnode import naming, status, streams
-from vnode.gangs import InvalidGroup, min_resources, min_task_member
+from vnode.gangs import InvalidGroup, depends_on, min_resources, min_task_member
 from vnode.node import capacity
 from vnode.translate import Bridge, compute_pod, gang_of, needs_of, refusal, role_of
 
@@ -288,6 +288,16 @@ def test_a_tenant_groups_minimums_are_copied_only_when_they_make_sense() -> None
     for wrong in ({"worker": -1}, {"worker": "abc"}, {"worker": 10 ** 9}, ["worker"]):
         with pytest.raises(InvalidGroup, match="PodGroup g: minTaskMember"):
             min_task_member("g", wrong)
+
+
+def test_a_tenant_groups_dependencies_are_parsed_or_refused_with_the_reason() -> None:
+    assert depends_on("g", "prep, server:Running ,") == [("prep", "Succeeded"), ("server", "Running")]
+    assert depends_on("g", None) == []
+    for bad in ("Prep", "prep:Failed", "a b", "prep:"):
+        with pytest.raises(InvalidGroup, match=r"PodGroup g: kubeferry\.io/depends-on item"):
+            depends_on("g", bad)
+    with pytest.raises(InvalidGroup, match="names 33 PodGroups, at most 32"):
+        depends_on("g", ",".join(f"p{i}" for i in range(33)))
 
 
 def test_the_event_backlog_keeps_the_newest_version_and_drops_the_oldest_past_its_bound() -> None:

@@ -42,6 +42,12 @@ class Allocate(Action):
                 continue
             _, name, shape = head
             job = sched.cluster.jobs[name]
+            gate = fw.gated(job, ssn)
+            if gate is not None:  # this job only: the queue's next one is looked at
+                tried.add(name)
+                job.reason = ssn.result.pending_reasons[name] = gate
+                heapq.heappush(heap, (fw.queue_key(queue, tier), qname))
+                continue
             ssn.result.attempts += 1
             why = fw.blocked(queue, job)
             placed: list[Placement] | None = None

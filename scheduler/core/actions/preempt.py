@@ -29,7 +29,8 @@ class Preempt(Action):
         for qname, groups in sched.pending[int(Tier.GUARANTEED)].items():
             qkey = fw.queue_key(sched.cluster.queues[qname], int(Tier.GUARANTEED))
             for group in groups.values():
-                waiting = (kn for kn in group if jobs[kn[1]].phase is JobPhase.PENDING)
+                waiting = (kn for kn in group if jobs[kn[1]].phase is JobPhase.PENDING
+                           and fw.gated(jobs[kn[1]], ssn) is None)
                 for key, name in itertools.islice(waiting, cfg.preemption_attempts):
                     candidates.append((not fw.is_urgent(jobs[name], ssn), qkey, key, name))
         if not candidates:

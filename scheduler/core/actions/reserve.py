@@ -33,7 +33,7 @@ class Reserve(Action):
                         job = jobs[name]
                         if now - job.submit_time < cfg.reservation_after_s:
                             break
-                        if job.phase is JobPhase.PENDING and job.bypassed:
+                        if job.phase is JobPhase.PENDING and job.bypassed and sched.framework.gated(job, ssn) is None:
                             starving.append((key, name))
         if not starving:
             return

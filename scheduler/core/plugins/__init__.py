@@ -5,6 +5,7 @@ from __future__ import annotations
 from scheduler.core.framework import Plugin
 from scheduler.core.plugins.binpack import Binpack
 from scheduler.core.plugins.capacity import Capacity
+from scheduler.core.plugins.dependencies import Dependencies
 from scheduler.core.plugins.fair_over_time import FairOverTime
 from scheduler.core.plugins.fifo import Fifo
 from scheduler.core.plugins.fragmentation import Fragmentation
@@ -18,4 +19,4 @@ from scheduler.core.plugins.tier_preemption import TierPreemption
 
 PLUGINS: dict[str, type[Plugin]] = {p.name: p for p in (
     Priority, Guarantee, Fifo, Proportion, Capacity, Protection, TierPreemption, Reclaim, Starvation,
-    Fragmentation, Binpack, FairOverTime)}
+    Fragmentation, Binpack, FairOverTime, Dependencies)}
