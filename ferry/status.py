@@ -20,11 +20,39 @@ def _gpu(section: Obj | None) -> str:
     return str((section or {}).get("gpu", "-"))
 
 
+def tree_order(queues: list[Obj]) -> list[tuple[int, Obj]]:
+    """Queues depth first under their parents (children by name), each with its depth. A queue whose
+    parent is unknown, or that sits in a loop, is shown at the top (the scheduler ignores such links)."""
+    by_name = {q["metadata"]["name"]: q for q in queues}
+    children: dict[str, list[str]] = {}
+    for name, q in by_name.items():
+        parent = str((q.get("spec") or {}).get("parent") or "")
+        if parent in by_name:
+            children.setdefault(parent, []).append(name)
+    out: list[tuple[int, Obj]] = []
+    shown: set[str] = set()
+
+    def walk(name: str, depth: int) -> None:
+        if name in shown:
+            return
+        shown.add(name)
+        out.append((depth, by_name[name]))
+        for child in sorted(children.get(name, [])):
+            walk(child, depth + 1)
+
+    for name in sorted(by_name):
+        if (by_name[name].get("spec") or {}).get("parent") not in by_name:
+            walk(name, 0)
+    for name in sorted(by_name):  # loops: nobody's root
+        walk(name, 0)
+    return out
+
+
 def queue_rows(queues: list[Obj]) -> list[Obj]:
     rows = []
-    for q in sorted(queues, key=lambda q: q["metadata"]["name"]):
+    for depth, q in tree_order(queues):
         spec, st = q.get("spec") or {}, q.get("status") or {}
-        rows.append({"NAME": q["metadata"]["name"], "GUARANTEED": _gpu(spec.get("guaranteed")),
+        rows.append({"NAME": "  " * depth + q["metadata"]["name"], "GUARANTEED": _gpu(spec.get("guaranteed")),
                      "MAX": _gpu(spec.get("max")), "ALLOCATED": _gpu(st.get("allocated")),
                      "BORROWED": _gpu(st.get("borrowed")), "LENT": _gpu(st.get("lent")),
                      "PENDING-GPU": _gpu(st.get("pending")), "RUNNING": st.get("runningJobs", 0),

@@ -141,7 +141,9 @@ class Queue:
     rights: QueueRights = field(default_factory=QueueRights)
     preemptor_delay_s: float = 0.0  # a preemptor waits this long for capacity before evicting anyone
     victim_grace_s: float = 30.0  # a victim gets this long to checkpoint
-    allocated_gpu: int = 0  # milli, kept by the core's accounting
+    parent: str | None = None  # the queue it is part of (department -> team); see scheduler/core/hierarchy.py
+    allocated_gpu: int = 0  # milli, its own jobs' and its descendants', kept by the core's accounting
+    own_gpu: int = 0  # milli, its own jobs'
 
     def over_guarantee(self, extra: int = 0) -> bool:
         return self.allocated_gpu + extra > self.guaranteed_gpu

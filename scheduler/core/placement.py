@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from scheduler.core.hierarchy import lineage
 from scheduler.core.model import GPU_MILLI, Cluster, Job, Node, Replica, ReplicaPhase, Request
 from scheduler.core.nodeclasses import ClassIndex, Members, NodeState
 
@@ -185,9 +186,20 @@ class Placer:
                 raise AssertionError(f"GPU {d} of {node_name} over-committed by {job.name}")
         replica.phase, replica.node, replica.devices = ReplicaPhase.BOUND, node_name, devices
         self.on_node[node_name][(job.name, replica.task, replica.index)] = (job, replica)
-        self.cluster.queues[job.queue].allocated_gpu += req.gpu_total
+        self._charge(job.queue, req.gpu_total)
         job.allocated += req.gpu_total
         self._index(node)
+
+    def _charge(self, queue: str, milli: int) -> None:
+        """A queue's jobs hold ``milli`` more: it and its ancestors count them."""
+        queues = self.cluster.queues
+        q = queues[queue]
+        q.own_gpu += milli
+        if q.parent is None:
+            q.allocated_gpu += milli
+            return
+        for a in lineage(queues, queue):
+            a.allocated_gpu += milli
 
     def release(self, job: Job, replica: Replica, phase: ReplicaPhase) -> None:
         if replica.phase is not ReplicaPhase.BOUND or replica.node is None:
@@ -203,7 +215,7 @@ class Placer:
             for d in replica.devices:
                 node.devices[d].free += req.gpu_milli
             self._index(node)
-        self.cluster.queues[job.queue].allocated_gpu -= req.gpu_total
+        self._charge(job.queue, -req.gpu_total)
         job.allocated -= req.gpu_total
         replica.phase, replica.node, replica.devices = phase, None, ()
 

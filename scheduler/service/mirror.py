@@ -17,6 +17,7 @@ from functools import partial
 
 from ferry.keys import DEVICES_ANNOTATION
 from ferry.kube.informer import key_of
+from scheduler.core.hierarchy import recount
 from scheduler.core.lifecycle import NoHooks
 from scheduler.core.model import Job, JobPhase, ReplicaPhase
 from scheduler.core.scheduler import Scheduler, SchedulerConfig
@@ -183,9 +184,10 @@ class Mirror:
             if have is None:
                 queues[name] = q
                 continue
-            q.allocated_gpu = have.allocated_gpu  # kept by the placer
-            for field in ("guaranteed_gpu", "max_gpu", "weight", "rights", "preemptor_delay_s", "victim_grace_s"):
+            for field in ("guaranteed_gpu", "max_gpu", "weight", "rights", "preemptor_delay_s", "victim_grace_s",
+                          "parent"):
                 setattr(have, field, getattr(q, field))
+        recount(queues)  # links may have changed; what each queue's own jobs hold is kept by the placer
         self._dirty_jobs.update(dict.fromkeys([*self._members, *self._ended, *sched.cluster.jobs]))
 
     def _sync_node(self, sched: Scheduler, name: str) -> None:

@@ -39,7 +39,7 @@ from scheduler.service import metrics
 from scheduler.service.accounting import Accountant
 from scheduler.service.mirror import Mirror
 from scheduler.service.settings import SettingsFile
-from scheduler.service.snapshot import GangCounts, Snapshot, namespace_conflicts
+from scheduler.service.snapshot import GangCounts, Snapshot, namespace_conflicts, queue_problems
 
 GROUP, VERSION = "scheduling.kubeferry.io", "v1alpha1"
 IDLE_PERIODS = 5  # with nothing new, a cycle every this many periods
@@ -261,6 +261,7 @@ class SchedulerService:
         borrowed_total = sum(max(0, q.allocated_gpu - q.guaranteed_gpu) for q in snap.cluster.queues.values())
         writes = []
         conflicts = namespace_conflicts(self.queues.store)
+        tree = queue_problems(self.queues.store)
         for q in snap.cluster.queues.values():
             metrics.ALLOCATED_GPUS.labels(q.name).set(q.allocated_gpu / 1000)
             metrics.PENDING_JOBS.labels(q.name).set(pending.get(q.name, 0))
@@ -275,7 +276,8 @@ class SchedulerService:
                 "lent": {"gpu": f"{min(idle_guarantee, borrowed_total) / 1000:g}"},
                 "runningJobs": running.get(q.name, 0),
                 "pendingJobs": pending.get(q.name, 0),
-                "conditions": namespace_condition(conflicts.get(q.name, {})),
+                "conditions": namespace_condition(conflicts.get(q.name, {})) + parent_condition(
+                    (obj.get("spec") or {}).get("parent"), tree.get(q.name)),
             }
             uid = str(obj["metadata"].get("uid", ""))  # a Queue deleted and made again is a new object
             if self._queue_status.get(uid) != status:
@@ -603,6 +605,17 @@ def _uid(obj: Obj | None) -> str:
 def _gist(message: str) -> str:
     """A reason without its numbers: what changed for the user, not by how much."""
     return _NUMBER.sub("#", message)
+
+
+def parent_condition(parent: str | None, problem: str | None) -> list[dict[str, str]]:
+    """The Queue condition an admin reads when it names a parent: taken, or ignored and why."""
+    if not parent:
+        return []
+    if problem is None:
+        return [{"type": "ParentAccepted", "status": "True", "reason": "InTree",
+                 "message": f"part of queue {parent}"}]
+    return [{"type": "ParentAccepted", "status": "False", "reason": "InvalidParent",
+             "message": f"{problem}; scheduled as a top-level queue until this is fixed"[:1024]}]
 
 
 def namespace_condition(taken: dict[str, str]) -> list[dict[str, str]]:

@@ -29,6 +29,7 @@ from ferry.keys import (
     WILL_EVICT_BY,
 )
 from ferry.kube import quantity
+from scheduler.core import hierarchy
 from scheduler.core.model import (
     GPU_MILLI,
     Cluster,
@@ -187,6 +188,7 @@ def build_queue(obj: Obj) -> Queue:
                            privileged=pre.get("privileged", False)),
         preemptor_delay_s=float(pre.get("preemptorDelaySeconds", 0)),
         victim_grace_s=float(pre.get("victimGraceSeconds", 30)),
+        parent=spec.get("parent") or None,
     )
 
 
@@ -299,9 +301,19 @@ def build(nodes: dict[str, Obj], pods: dict[str, Obj], groups: dict[str, Obj], q
 
 
 def build_queues(queues: Mapping[str, Obj]) -> dict[str, Queue]:
+    """The queues, each parent link that cannot stand dropped (:func:`queue_problems` says why)."""
     out = {q.name: q for q in (build_queue(o) for o in queues.values())}
     out.setdefault(DEFAULT_QUEUE, Queue(DEFAULT_QUEUE))
+    for name in hierarchy.problems(out):
+        out[name].parent = None
     return out
+
+
+def queue_problems(queues: Mapping[str, Obj]) -> dict[str, str]:
+    """Queue -> why its parent link is ignored (unknown parent, a loop, children guaranteed too much)."""
+    built = {q.name: q for q in (build_queue(o) for o in queues.values())}
+    built.setdefault(DEFAULT_QUEUE, Queue(DEFAULT_QUEUE))
+    return hierarchy.problems(built)
 
 
 def _recorded_devices(pod: Obj) -> set[int]:

@@ -390,6 +390,66 @@ async def test_reclaim_returns_a_guarantee_whole_jobs_elastic_first(
             await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", q)
 
 
+async def test_a_team_borrows_its_departments_idle_guarantee_before_other_queues(
+    ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str, private_node: str
+) -> None:
+    core = client.CoreV1Api(compute_api)
+    custom = client.CustomObjectsApi(compute_api)
+    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
+    dept, team, idle, other, orphan = (f"{x}-{compute_ns}" for x in ("dept", "team", "idle", "other", "orphan"))
+    specs: list[tuple[str, dict[str, Any]]] = [
+        (dept, {"guaranteed": {"gpu": "8"}}), (team, {"parent": dept, "guaranteed": {"gpu": "4"}}),
+        (idle, {"parent": dept, "guaranteed": {"gpu": "4"}}), (other, {"weight": 10}),
+        (orphan, {"parent": f"gone-{compute_ns}"})]
+    with pytest.raises(client.ApiException) as refused:  # the API server refuses the one loop it can see
+        await custom.create_cluster_custom_object(GROUP, VERSION, "queues", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": f"self-{compute_ns}"},
+            "spec": {"parent": f"self-{compute_ns}"}})
+    assert refused.value.status == 422 and "a queue cannot be its own parent" in refused.value.body
+    for name, spec in specs:
+        await custom.create_cluster_custom_object(GROUP, VERSION, "queues", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": name}, "spec": spec})
+    try:
+        async def parent_condition(name: str) -> dict[str, Any] | None:
+            q = await custom.get_cluster_custom_object(GROUP, VERSION, "queues", name)
+            conds = (q.get("status") or {}).get("conditions") or []
+            return next((c for c in conds if c["type"] == "ParentAccepted"), None)
+
+        cond = await eventually(lambda: parent_condition(orphan), timeout=30, what="orphan's ParentAccepted")
+        assert cond["status"] == "False" and f"parent queue 'gone-{compute_ns}' does not exist" in cond["message"]
+        assert (await eventually(lambda: parent_condition(team), timeout=30, what="team's"))["status"] == "True"
+        for name, q, n in (("team-run", team, 4), ("other-run", other, 2)):
+            await _make_group(core, custom, compute_ns, name, n, "Guaranteed", q)
+            await eventually(lambda name=name, n=n: _running(core, compute_ns, name, n), timeout=30,
+                             what=f"{name} running")
+        # two contenders for the last 2 GPUs, seen in one cycle: the node is cordoned while they arrive
+        await core.patch_node(private_node, {"spec": {"unschedulable": True}})
+        try:
+            for name, q in (("other-more", other), ("team-more", team)):
+                await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
+                    "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": name},
+                    "spec": {"minMember": 1, "queue": q}})
+                await core.create_namespaced_pod(compute_ns, pod(f"{name}-0", compute_ns, gpus=2, group=name))
+            for name in ("other-more", "team-more"):
+                await eventually(lambda name=name: _reason_of(custom, compute_ns, name), timeout=30,
+                                 what=f"{name} considered")
+        finally:
+            await core.patch_node(private_node, {"spec": {"unschedulable": False}})
+        await eventually(lambda: _running(core, compute_ns, "team-more", 1), timeout=30, what="team-more running")
+        # by weight alone the other queue (2 GPUs at weight 10) would have come first; the department's
+        # idle guarantee is lent inside the department first
+        assert not await _running(core, compute_ns, "other-more", 1)
+    finally:
+        for name, _ in specs:
+            await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", name)
+
+
+async def _reason_of(custom: client.CustomObjectsApi, ns: str, group: str) -> str | None:
+    pg = await custom.get_namespaced_custom_object(GROUP, VERSION, ns, "podgroups", group)
+    conds = (pg.get("status") or {}).get("conditions") or []
+    return next((c["message"] for c in conds if c["type"] == "Scheduled" and c["status"] == "False"), None)
+
+
 async def _make_queue(custom: client.CustomObjectsApi, name: str, ns: str, **preemption: Any) -> None:
     await custom.create_cluster_custom_object(GROUP, VERSION, "queues", {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": name},

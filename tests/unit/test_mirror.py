@@ -180,3 +180,21 @@ def test_a_dependency_is_met_through_the_podgroup_status_once_its_pods_ended() -
     finished["status"] = {"phase": "Succeeded", "succeeded": 1}
     w.put_group(finished)
     assert [b.job for b in w.cycle(3.0)] == ["a/train"]
+
+
+def test_a_parent_link_made_or_changed_later_recounts_the_departments_allocation() -> None:
+    w = World()
+    w.put_node(node("n1", 8))
+    w.put_queue(queue("dept", 8))
+    w.put_queue(queue("team", 4, "a"))
+    w.put_pod(pod("p0", gpus=3))
+    w.cycle(1.0)  # bound while team stands alone
+    linked = queue("team", 4, "a")
+    linked["spec"]["parent"] = "dept"
+    w.put_queue(linked)
+    sched, _ = w.mirror.sync(2.0, {})
+    assert (sched.cluster.queues["dept"].allocated_gpu, sched.cluster.queues["team"].allocated_gpu) == (3000, 3000)
+    w.put_queue(queue("team", 4, "a"))  # unlinked again
+    sched, snap = w.mirror.sync(3.0, {})
+    assert sched.cluster.queues["dept"].allocated_gpu == 0
+    check_same(sched, snap, w)

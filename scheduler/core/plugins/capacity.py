@@ -1,8 +1,9 @@
-"""capacity: a queue never holds more than its maximum."""
+"""capacity: a queue never holds more than its maximum (a parent's counts its children's jobs)."""
 
 from __future__ import annotations
 
 from scheduler.core.framework import Framework, Plugin
+from scheduler.core.hierarchy import lineage
 from scheduler.core.model import Job, Queue
 
 
@@ -12,9 +13,10 @@ class Capacity(Plugin):
     def register(self, fw: Framework) -> None:
         fw.admit.append((self.name, self.admit))
 
-    @staticmethod
-    def admit(queue: Queue, job: Job) -> str | None:
-        if queue.max_gpu is not None and queue.allocated_gpu + job.gpu_demand() > queue.max_gpu:
-            return (f"queue {queue.name} would exceed its maximum of {queue.max_gpu / 1000:g} GPUs "
-                    f"({queue.allocated_gpu / 1000:g} in use, job needs {job.gpu_demand() / 1000:g})")
+    def admit(self, queue: Queue, job: Job) -> str | None:
+        levels = [queue] if queue.parent is None else lineage(self.sched.cluster.queues, queue.name)
+        for q in levels:  # a parent's maximum bounds its children together
+            if q.max_gpu is not None and q.allocated_gpu + job.gpu_demand() > q.max_gpu:
+                return (f"queue {q.name} would exceed its maximum of {q.max_gpu / 1000:g} GPUs "
+                        f"({q.allocated_gpu / 1000:g} in use, job needs {job.gpu_demand() / 1000:g})")
         return None

@@ -1,5 +1,7 @@
 """guarantee: queues below their guaranteed share are served first (least served first), then queues
-borrowing idle capacity by their use per unit of weight — fair borrowing.
+borrowing idle capacity by their use per unit of weight — fair borrowing. In a queue tree each level is
+compared in turn (scheduler/core/hierarchy.py): a team of a department under its guarantee comes before
+the teams of departments that borrow.
 
 A queue with no guarantee is ranked by what it would hold once its smallest waiting job started. By
 its use alone, such a queue holding nothing would outrank every borrower whatever its weight, and take
@@ -10,6 +12,7 @@ fit waited."""
 from __future__ import annotations
 
 from scheduler.core.framework import Framework, Plugin
+from scheduler.core.hierarchy import lineage
 from scheduler.core.model import Queue
 
 
@@ -20,11 +23,21 @@ class Guarantee(Plugin):
         fw.queue_order.append((self.name, self.queue_order))
 
     def queue_order(self, queue: Queue, tier: int) -> tuple[float, ...]:
+        """The key of each level of the queue's lineage, root first: departments compare as departments,
+        then their teams among themselves (flat queues: one level)."""
+        if queue.parent is None:
+            return self._level(queue, queue.name, tier)
+        key: tuple[float, ...] = ()
+        for q in lineage(self.sched.cluster.queues, queue.name):
+            key += self._level(q, queue.name, tier)
+        return key
+
+    def _level(self, queue: Queue, leaf: str, tier: int) -> tuple[float, float]:
         if queue.guaranteed_gpu > 0 and queue.allocated_gpu < queue.guaranteed_gpu:
             return (0.0, queue.allocated_gpu / queue.guaranteed_gpu)
         share = self.borrowing(queue)
         if queue.guaranteed_gpu <= 0:
-            share += self.sched.smallest_pending_gpu(tier, queue.name) / max(self.sched.placer.capacity, 1)
+            share += self.sched.smallest_pending_gpu(tier, leaf) / max(self.sched.placer.capacity, 1)
         return (1.0, share / max(queue.weight, 1e-9))
 
     def borrowing(self, queue: Queue) -> float:

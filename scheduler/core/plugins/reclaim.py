@@ -1,13 +1,16 @@
 """reclaim: a queue takes back capacity it lent — another queue's jobs that run on borrowed capacity —
 up to its guarantee (rule ``reclaim``); beyond it, borrowers share idle capacity by weight, so a
 borrower may take from one that, even after losing the victim, borrows more per weight (``fair-share``;
-the inequality cannot hold both ways, so this never loops). Only for queues with the reclaim right."""
+the inequality cannot hold both ways, so this never loops). Only for queues with the reclaim right.
+In a queue tree both rules compare the queues where their lineages part (two departments, or two teams of
+one department), and a victim must run on borrowed capacity at every level from there down to its queue."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 from scheduler.core.framework import Framework, Plugin, Session
+from scheduler.core.hierarchy import split, subtree_total
 from scheduler.core.model import Job, Queue, Tier
 
 
@@ -16,22 +19,37 @@ def borrowed(q: Queue, delta: int) -> float:
     return max(0, q.allocated_gpu + delta - q.guaranteed_gpu) / max(q.weight, 1e-9)
 
 
-def leaving(victim: Job, ssn: Session) -> int:
-    """What the victim's queue loses: its jobs already told to leave (for others), and this one."""
-    return ssn.doomed.get(victim.queue, 0) + victim.gpu_allocated()
+def leaving(victim: Job, ssn: Session, level: Queue | None = None) -> int:
+    """What the victim's queue (or its ancestor ``level``) loses: jobs already told to leave, and this one."""
+    if level is None or level.name == victim.queue:
+        return ssn.doomed.get(victim.queue, 0) + victim.gpu_allocated()
+    return subtree_total(ssn.sched.cluster.queues, ssn.doomed, level.name) + victim.gpu_allocated()
 
 
-def claim(preemptor: Job, ssn: Session) -> int:
-    """What the preemptor's queue is about to take: preemptors already waiting for victims, and this job."""
-    return ssn.claims.get(preemptor.queue, 0) + preemptor.gpu_demand()
+def claim(preemptor: Job, ssn: Session, level: Queue | None = None) -> int:
+    """What the preemptor's queue (or its ancestor ``level``) is about to take: preemptors already waiting
+    for victims, and this job."""
+    if level is None or level.name == preemptor.queue:
+        return ssn.claims.get(preemptor.queue, 0) + preemptor.gpu_demand()
+    return subtree_total(ssn.sched.cluster.queues, ssn.claims, level.name) + preemptor.gpu_demand()
+
+
+def competing(preemptor: str, victim: str, ssn: Session) -> tuple[list[Queue], list[Queue]]:
+    """Where the two queues compete, top first (scheduler/core/hierarchy.py): the queues themselves when
+    flat; empty when they are one queue or one holds the other."""
+    queues = ssn.sched.cluster.queues
+    pq, vq = queues[preemptor], queues[victim]
+    if pq.parent is None and vq.parent is None:
+        return ([pq], [vq]) if preemptor != victim else ([], [])
+    return split(queues, preemptor, victim)
 
 
 def lends(preemptor: Job, victim: Job, ssn: Session) -> bool:
-    """``victim`` runs on capacity its queue borrowed, and the preemptor's queue may take such capacity."""
-    queues = ssn.sched.cluster.queues
-    vq = queues[victim.queue]
-    return (victim.queue != preemptor.queue and queues[preemptor.queue].rights.reclaim
-            and vq.allocated_gpu - leaving(victim, ssn) >= vq.guaranteed_gpu)
+    """``victim`` runs on capacity its queue borrowed — at every level from where the two queues compete
+    down to its own — and the preemptor's queue may take such capacity."""
+    mine, theirs = competing(preemptor.queue, victim.queue, ssn)
+    return (bool(mine) and bool(theirs) and ssn.sched.cluster.queues[preemptor.queue].rights.reclaim
+            and all(q.allocated_gpu - leaving(victim, ssn, q) >= q.guaranteed_gpu for q in theirs))
 
 
 def over_guarantee(preemptor: Job, ssn: Session) -> Iterator[tuple[Queue, int]]:
@@ -51,21 +69,27 @@ class Reclaim(Plugin):
         fw.victim_queues.append((self.name, self.queues))
 
     def within_guarantee(self, preemptor: Job, victim: Job, ssn: Session) -> bool:
-        pq = self.sched.cluster.queues[preemptor.queue]
-        return lends(preemptor, victim, ssn) and pq.allocated_gpu + claim(preemptor, ssn) <= pq.guaranteed_gpu
+        if not lends(preemptor, victim, ssn):
+            return False
+        mine = competing(preemptor.queue, victim.queue, ssn)[0][0]
+        return mine.allocated_gpu + claim(preemptor, ssn, mine) <= mine.guaranteed_gpu
 
     def fair_share(self, preemptor: Job, victim: Job, ssn: Session) -> bool:
-        queues = self.sched.cluster.queues
-        return lends(preemptor, victim, ssn) and (
-            borrowed(queues[preemptor.queue], claim(preemptor, ssn))
-            < borrowed(queues[victim.queue], -leaving(victim, ssn)))
+        if not lends(preemptor, victim, ssn):
+            return False
+        mine, theirs = (side[0] for side in competing(preemptor.queue, victim.queue, ssn))
+        return borrowed(mine, claim(preemptor, ssn, mine)) < borrowed(theirs, -leaving(victim, ssn, theirs))
 
     def queues(self, preemptor: Job, ssn: Session) -> Iterator[tuple[str, int]]:
         pq = self.sched.cluster.queues[preemptor.queue]
         if not pq.rights.reclaim:
             return
-        wants = claim(preemptor, ssn)
-        within = pq.allocated_gpu + wants <= pq.guaranteed_gpu
         for q, kept in over_guarantee(preemptor, ssn):
-            if within or borrowed(pq, wants) < borrowed(q, kept):
+            mine, theirs = competing(pq.name, q.name, ssn)
+            if not mine or not theirs:
+                continue
+            top, other = mine[0], theirs[0]
+            wants = claim(preemptor, ssn, top)
+            held = kept if other is q else -subtree_total(self.sched.cluster.queues, ssn.doomed, other.name)
+            if top.allocated_gpu + wants <= top.guaranteed_gpu or borrowed(top, wants) < borrowed(other, held):
                 yield q.name, max(Tier)
