@@ -52,6 +52,13 @@ def matrix(jobs: list[philly.TraceJob], vc: dict[str, int], policies: list[str])
     return lines
 
 
+DEPARTMENTS = 3
+
+
+def _change(new: float, old: float) -> str:
+    return f"{100 * (new - old) / old:+.1f} %" if old else "n/a"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--traces", type=Path,
@@ -79,6 +86,14 @@ def main() -> None:
     for k in KEYS:
         print(f"{k:<20}" + "".join(f"{m[k]!s:>12}" for _, m, _ in rows))
     print(f"{'simulator wall s':<20}" + "".join(f"{w:>12.0f}" for _, _, w in rows))
+    if "ferry" in args.policies.split(","):
+        flat = next(m for p, m, _ in rows if p == "ferry")
+        tree = philly.simulate(jobs, vc, "ferry", departments=DEPARTMENTS).metrics
+        print(f"\nferry with the VCs as teams of {DEPARTMENTS} departments (largest first, dealt in turn): "
+              f"avg {tree['avg_wait_s']} s ({_change(tree['avg_wait_s'], flat['avg_wait_s'])} against flat queues), "
+              f"p99 {tree['p99_wait_s']} s ({_change(tree['p99_wait_s'], flat['p99_wait_s'])}), "
+              f"Jain teams {tree['jain_fairness']}, departments {tree['jain_departments']}, "
+              f"utilisation {tree['gpu_utilization']} %", flush=True)
     if not args.no_matrix:
         for line in matrix(jobs, vc, args.policies.split(","))[-1:]:
             print(line)

@@ -34,6 +34,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     h.add_argument("--policy", choices=("ferry", "fifo", "volcano"), default="ferry")
     h.add_argument("--config", type=Path, help="the scheduler's configuration file (as `ferry scheduler --config` "
                    "reads it), applied over --policy: simulate the policy a cluster is configured with")
+    h.add_argument("--departments", type=int, default=0, help="group the VCs into this many departments (parent "
+                   "queues; VCs dealt out largest first), and report fairness per department too")
     h.add_argument("--json", action="store_true")
     h.add_argument("--plot", type=Path, help="write a PNG: utilization and queue over time, waits per tenant")
     h.add_argument("--strict", action="store_true")
@@ -91,6 +93,8 @@ def run_philly(args: argparse.Namespace) -> int:
 
     if args.nodes < 1 or args.gpus_per_node < 1:
         return _fail("--nodes and --gpus-per-node must be positive")
+    if args.departments < 0:
+        return _fail("--departments must not be negative")
     problems = Problems([])
     notes: list[str] = []
     try:
@@ -103,7 +107,7 @@ def run_philly(args: argparse.Namespace) -> int:
         t0 = time.monotonic()
         res = philly.simulate(jobs, vc, args.policy, args.nodes, args.gpus_per_node,
                               progress=lambda s: print(f"ferry: {s}", file=sys.stderr, flush=True), notes=notes,
-                              config=config)
+                              config=config, departments=args.departments)
     except (TraceError, ValueError, OSError) as exc:
         return _fail(str(exc))
     for note in notes[:20]:

@@ -102,8 +102,35 @@ class _Live:
     incarnation: int = 0
 
 
+def departments_of(vc_nodes: dict[str, int], count: int) -> dict[str, str]:
+    """VC -> department: the VCs dealt out largest first (then by name) to ``count`` departments in turn,
+    so each department gets a like mix of big and small teams. No departments for ``count`` < 1."""
+    if count < 1:
+        return {}
+    ranked = sorted(vc_nodes, key=lambda t: (-vc_nodes[t], t))
+    return {t: f"dept-{i % count}" for i, t in enumerate(ranked)}
+
+
+def entitled(demand: dict[str, float], weight: dict[str, float], dept_of: dict[str, str],
+             capacity: float) -> dict[str, float]:
+    """Each tenant's fair share now: water-filled by weight, capped at demand — level by level in a
+    queue tree (departments by their teams' weights and demands, then teams inside each department's
+    share), the order the scheduler lends idle capacity in."""
+    if not dept_of:
+        return water_fill(demand, weight, capacity)
+    groups: dict[str, list[str]] = defaultdict(list)
+    for t in demand:
+        groups[dept_of.get(t, t)].append(t)
+    top = water_fill({g: sum(demand[t] for t in ts) for g, ts in groups.items()},
+                     {g: sum(weight[t] for t in ts) for g, ts in groups.items()}, capacity)
+    out: dict[str, float] = {}
+    for g, ts in groups.items():
+        out.update(water_fill({t: demand[t] for t in ts}, {t: weight[t] for t in ts}, top[g]))
+    return out
+
+
 def build_cluster(nodes: int, gpus_per_node: int, vc_nodes: dict[str, int], tenants: set[str],
-                  notes: list[str]) -> Cluster:
+                  notes: list[str], departments: dict[str, str] | None = None) -> Cluster:
     half = max(gpus_per_node // 2, 1)
     cluster_nodes = {
         f"node-{i:04d}": Node(f"node-{i:04d}", cpu_milli=10**9, mem_mib=10**9, max_pods=10**6,
@@ -120,6 +147,13 @@ def build_cluster(nodes: int, gpus_per_node: int, vc_nodes: dict[str, int], tena
             notes.append(f"tenant {t} is not in the VC file: no guarantee, it only borrows idle GPUs")
         queues[t] = Queue(t, guaranteed_gpu=int(capacity * share), weight=max(share, 1e-3), victim_grace_s=60.0,
                           preemptor_delay_s=PREEMPTOR_DELAY_S)
+    for t, dept in (departments or {}).items():  # a department: its teams' guarantees and weights together
+        if t not in queues:
+            continue
+        d = queues.setdefault(dept, Queue(dept, weight=0.0, victim_grace_s=60.0, preemptor_delay_s=PREEMPTOR_DELAY_S))
+        d.guaranteed_gpu += queues[t].guaranteed_gpu
+        d.weight += queues[t].weight
+        queues[t].parent = dept
     return Cluster(cluster_nodes, queues)
 
 
@@ -142,7 +176,10 @@ class PhillyResult:
 
 def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes: int = 96,
              gpus_per_node: int = 8, progress: Callable[[str], None] | None = None,
-             notes: list[str] | None = None, config: SchedulerConfig | None = None) -> PhillyResult:
+             notes: list[str] | None = None, config: SchedulerConfig | None = None,
+             departments: int = 0) -> PhillyResult:
+    """Replay ``jobs``; with ``departments`` the VCs become teams of that many departments
+    (:func:`departments_of`) and fairness is also reported per department."""
     notes = notes if notes is not None else []
     capacity_gpus = nodes * gpus_per_node
     runnable = []
@@ -153,9 +190,11 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
         else:
             runnable.append(j)
     tenants = {j.tenant for j in runnable}
-    cluster = build_cluster(nodes, gpus_per_node, vc_nodes, tenants, notes)
+    dept_of = departments_of(vc_nodes, departments)
+    cluster = build_cluster(nodes, gpus_per_node, vc_nodes, tenants, notes, dept_of)
     sched = make_scheduler(policy, cluster, config)
-    weight = {t: q.weight for t, q in cluster.queues.items()}
+    teams = {t: q for t, q in cluster.queues.items() if t in tenants}  # the queues jobs are in
+    weight = {t: q.weight for t, q in teams.items()}
     stats: dict[str, TenantStats] = defaultdict(TenantStats)
     daily: dict[int, dict[str, list[float]]] = defaultdict(dict)  # day -> tenant -> [received, entitled] GPU-s
     live: dict[str, _Live] = {}
@@ -190,9 +229,9 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
             if pending:
                 busy_while_waiting += allocated * dt
                 waiting_time += dt
-            fair = water_fill({t: float(d) for t, d in demand.items()}, weight, float(capacity_gpus))
+            fair = entitled({t: float(d) for t, d in demand.items()}, weight, dept_of, float(capacity_gpus))
             spans = day_spans(last_t, now)
-            for t, q in cluster.queues.items():
+            for t, q in teams.items():
                 got, due = q.allocated_gpu / 1000, fair.get(t, 0.0)
                 stats[t].received_gpu_s += got * dt
                 stats[t].entitled_gpu_s += due * dt
@@ -274,6 +313,13 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
     big_waits = [lj.waited for lj in live.values() if lj.trace.gpus > gpus_per_node]
     jain = jain_index([s.received_gpu_s / s.entitled_gpu_s for s in stats.values() if s.entitled_gpu_s > 0])
     days = [jain_index([r / e for r, e in tenants.values() if e > 0]) for tenants in daily.values()]
+    by_dept: dict[str, list[float]] = {}
+    for t, st in stats.items():  # a department receives and is entitled to what its teams are
+        if dept_of and t not in dept_of:
+            continue  # a tenant in no department counts among the teams only
+        acc = by_dept.setdefault(dept_of.get(t, t), [0.0, 0.0])
+        acc[0] += st.received_gpu_s
+        acc[1] += st.entitled_gpu_s
     metrics: dict[str, Any] = {
         "policy": policy,
         "jobs": total,
@@ -281,6 +327,10 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
         "gpu_utilization": (round(100 * busy_while_waiting / (capacity_gpus * waiting_time), 2)
                             if waiting_time else None),
         "jain_fairness": round(jain, 4),
+        # the departments by their teams' sums (tenants in none count among the teams only); equals
+        # jain_fairness without departments
+        "jain_departments": round(jain_index([r / e for r, e in by_dept.values() if e > 0]), 4),
+        "departments": {d: round(r / e, 4) if e else None for d, (r, e) in sorted(by_dept.items())} if dept_of else {},
         # Jain over each day's GPU-seconds received vs entitled, averaged over days: fairness over time
         "jain_daily_mean": round(sum(days) / len(days), 4) if days else 1.0,
         "jain_daily_min": round(min(days), 4) if days else 1.0,

@@ -99,6 +99,29 @@ def test_philly_fifo_blocks_and_ferry_backfills() -> None:
     assert ferry["tenants"]["a"]["jobs"] == 2
 
 
+def test_philly_departments_deal_vcs_largest_first_and_entitle_inside_a_department_first() -> None:
+    vc = {"a": 4, "b": 4, "c": 2, "d": 2, "e": 1}
+    assert philly.departments_of(vc, 2) == {"a": "dept-0", "b": "dept-1", "c": "dept-0", "d": "dept-1",
+                                            "e": "dept-0"}
+    assert philly.departments_of(vc, 0) == {}
+    weight = {"a": 1.0, "c": 1.0, "b": 1.0, "d": 1.0}
+    dept_of = {"a": "x", "c": "x", "b": "y", "d": "y"}
+    # c is idle: its department's half goes to a, not a quarter to each of a, b and d
+    fair = philly.entitled({"a": 10.0, "c": 0.0, "b": 10.0, "d": 10.0}, weight, dept_of, 8.0)
+    assert fair == {"a": 4.0, "c": 0.0, "b": 2.0, "d": 2.0}
+    flat = philly.entitled({"a": 10.0, "c": 0.0, "b": 10.0, "d": 10.0}, weight, {}, 8.0)
+    assert flat["a"] == pytest.approx(8 / 3)
+
+
+def test_philly_with_departments_reports_fairness_per_department() -> None:
+    jobs = _jobs([(0, 100, 8, "a"), (0, 100, 8, "b"), (1, 100, 8, "c"), (1, 100, 8, "d")])
+    vc = {"a": 1, "b": 1, "c": 1, "d": 1}
+    res = philly.simulate(jobs, vc, "ferry", nodes=2, gpus_per_node=8, departments=2).metrics
+    assert set(res["departments"]) == {"dept-0", "dept-1"}
+    assert res["jain_departments"] > 0.99  # each department ran one of its two jobs at a time
+    assert philly.simulate(jobs, vc, "ferry", nodes=2, gpus_per_node=8).metrics["departments"] == {}
+
+
 def test_philly_reports_impossible_jobs() -> None:
     notes: list[str] = []
     res = philly.simulate(_jobs([(0, 10, 1, "a"), (1, 10, 64, "a")]), {"a": 1}, "ferry", nodes=2, gpus_per_node=8,
