@@ -24,3 +24,5 @@ TIER_ANNOTATION = PREFIX + "tier"
 # on a tenant PodGroup (or a Kueue group's pods): "prep, server:Running" — PodGroups of the same namespace
 # and kind that must have succeeded (default) or started before this gang starts
 DEPENDS_ON_ANNOTATION = PREFIX + "depends-on"
+# "true" on a gang's pods (or its compute PodGroup): it can checkpoint, and consolidation may move it
+MOVABLE_ANNOTATION = PREFIX + "movable"

@@ -21,7 +21,7 @@ Obj = dict[str, Any]
 PodSecurity = Literal["privileged", "baseline", "restricted"]
 
 
-PASS_THROUGH = {PREFIX + k for k in ("gpu-milli", "sim-duration", "sim-exit-code", "task")}
+PASS_THROUGH = {PREFIX + k for k in ("gpu-milli", "sim-duration", "sim-exit-code", "task", "movable")}
 DROPPED_ANNOTATIONS = {"kubectl.kubernetes.io/last-applied-configuration"}
 SUPPORTED_VOLUMES = {"configMap", "secret", "emptyDir", "projected", "downwardAPI"}
 # Pod Security Standards, baseline: capabilities a container may add.

@@ -195,6 +195,8 @@ class Job:
     elastic_max: int | None = None  # elastic jobs may grow their last task up to this many replicas
     main_task: str | None = None  # its success completes the job and stops the rest
     depends_on: tuple[Dependency, ...] = ()
+    movable: bool = False  # it may be moved (evicted with notice, placed again) to consolidate; elastic jobs may anyway
+    moved_at: float | None = None  # when it was last told to move (consolidation's cooldown)
     phase: JobPhase = JobPhase.PENDING
     replicas: list[Replica] = field(default_factory=list)
     start_time: float | None = None

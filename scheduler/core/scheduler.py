@@ -62,6 +62,9 @@ class SchedulerConfig:
     victim_cooldown_s: float = 60.0  # protection: a job spared or evicted is not a victim again this soon
     min_runtime_s: float = 300.0  # protection: a job that started less than this ago is not a victim (no thrash)
     usage_half_life_s: float = 86400.0  # fair-over-time: recent GPU usage counts with this half-life
+    # consolidate: at most this many movable jobs are told to move per cycle, and none again within the cooldown
+    consolidation_moves_per_cycle: int = 4
+    consolidation_cooldown_s: float = 3600.0
     # dependencies: a job whose dependency does not exist this long after it arrived can never start
     dependency_timeout_s: float = 600.0
 

@@ -241,8 +241,8 @@ class Mirror:
 def same(old: Job, new: Job) -> bool:
     """Nothing the scheduler decides on differs between the model's job and one derived afresh."""
     if (old.queue, old.tier, old.priority, old.min_member, old.elastic_max, old.main_task, old.submit_time,
-            old.depends_on) != (new.queue, new.tier, new.priority, new.min_member, new.elastic_max, new.main_task,
-                                new.submit_time, new.depends_on):
+            old.depends_on, old.movable) != (new.queue, new.tier, new.priority, new.min_member, new.elastic_max,
+                                             new.main_task, new.submit_time, new.depends_on, new.movable):
         return False
     if old.phase.terminal or len(old.replicas) != len(new.replicas):
         return False

@@ -43,6 +43,10 @@ class ConfigFile(BaseModel):
     victim_cooldown_seconds: float | None = Field(None, ge=0)
     preemption_retry_seconds: float | None = Field(None, ge=0)
     usage_half_life_seconds: float | None = Field(None, gt=0, description="fair-over-time: half-life of usage")
+    consolidation_moves_per_cycle: int | None = Field(None, ge=0, le=64, description="consolidate: jobs moved per "
+                                                      "cycle at most")
+    consolidation_cooldown_seconds: float | None = Field(None, ge=0, description="consolidate: a moved job is not "
+                                                         "moved again this soon")
     dependency_timeout_seconds: float | None = Field(
         None, ge=0, description="dependencies: a job whose dependency does not exist this long after it arrived "
                                 "can never start")
@@ -89,6 +93,8 @@ _CORE_FIELDS = {
     "preemption_attempts": "preemption_attempts", "victim_cooldown_seconds": "victim_cooldown_s",
     "preemption_retry_seconds": "preemption_retry_s", "usage_half_life_seconds": "usage_half_life_s",
     "dependency_timeout_seconds": "dependency_timeout_s",
+    "consolidation_moves_per_cycle": "consolidation_moves_per_cycle",
+    "consolidation_cooldown_seconds": "consolidation_cooldown_s",
 }
 
 

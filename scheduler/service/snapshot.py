@@ -20,6 +20,7 @@ from ferry.keys import (
     GPU,
     GPU_MILLI_ANNOTATION,
     MODEL_LABEL,
+    MOVABLE_ANNOTATION,
     POD_GROUP_LABEL,
     QUEUE_ANNOTATION,
     SCHEDULER_NAME,
@@ -359,6 +360,7 @@ class JobShape:
     will_evict_by: str | None
     started: float | None  # when it last started: its PodGroup's scheduledTime, else its pods' start
     depends_on: tuple[Dependency, ...] = ()
+    movable: bool = False
 
 
 @dataclass
@@ -399,7 +401,8 @@ def _job(name: str, pods: list[Obj], group: Obj | None, ns_queue: dict[str, str]
               submit_time=shape.submit_time, tier=shape.tier, priority=shape.priority, min_member=shape.min_member,
               replicas=[Replica(t, i, ReplicaPhase.BOUND if node else ReplicaPhase.PENDING, node, devices)
                         for t, i, node, devices in shape.replicas],
-              elastic_max=shape.elastic_max, main_task=shape.main_task, depends_on=shape.depends_on)
+              elastic_max=shape.elastic_max, main_task=shape.main_task, depends_on=shape.depends_on,
+              movable=shape.movable)
     if job.bound():
         job.start_time = shape.started
     if shape.will_evict_at and job.bound():
@@ -482,6 +485,8 @@ def _shape(pods: list[Obj], group: Obj | None, namespace_queue: str | None) -> J
                             if (a := p["metadata"].get("annotations", {})).get(WILL_EVICT_BY)), None),
         started=_ts(started) if started else None,
         depends_on=dependencies(pods[0]["metadata"]["namespace"], gspec.get("dependsOn")),
+        movable=any((o["metadata"].get("annotations") or {}).get(MOVABLE_ANNOTATION) == "true"
+                    for o in (*pods, *([group] if group else []))),
     )
 
 

@@ -100,6 +100,7 @@ class _Live:
     started: float | None = None
     notice: float | None = None
     incarnation: int = 0
+    moved_at: float | None = None
 
 
 def departments_of(vc_nodes: dict[str, int], count: int) -> dict[str, str]:
@@ -172,14 +173,16 @@ class PhillyResult:
     metrics: dict[str, Any]
     timeline: list[tuple[float, int, int]]  # (t, allocated GPUs, pending jobs)
     tenant_waits: dict[str, list[float]]
+    job_waits: list[float] = field(default_factory=list)  # per job the trace could run, in its order
 
 
 def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes: int = 96,
              gpus_per_node: int = 8, progress: Callable[[str], None] | None = None,
              notes: list[str] | None = None, config: SchedulerConfig | None = None,
-             departments: int = 0) -> PhillyResult:
+             departments: int = 0, movable: Callable[[TraceJob], bool] | None = None) -> PhillyResult:
     """Replay ``jobs``; with ``departments`` the VCs become teams of that many departments
-    (:func:`departments_of`) and fairness is also reported per department."""
+    (:func:`departments_of`) and fairness is also reported per department; ``movable`` says which jobs
+    may be moved by consolidation (all may checkpoint: a move loses the work since its notice)."""
     notes = notes if notes is not None else []
     capacity_gpus = nodes * gpus_per_node
     runnable = []
@@ -248,7 +251,8 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
         g = lj.trace.gpus
         tasks = ([Task("worker", 1, Request(gpus=g))] if g <= gpus_per_node else
                  [Task("worker", math.ceil(g / gpus_per_node), Request(gpus=gpus_per_node))])
-        sched.submit(Job(job_name, lj.trace.tenant, tasks, submit_time=lj.trace.submit - t0))
+        sched.submit(Job(job_name, lj.trace.tenant, tasks, submit_time=lj.trace.submit - t0,
+                         movable=bool(movable and movable(lj.trace)), moved_at=lj.moved_at))
         lj.pending_since = now
         pending += 1
 
@@ -294,6 +298,7 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
                 saved = (lj.notice if lj.notice is not None else now) - lj.started
                 lost = (now - lj.started - saved) * lj.trace.gpus
                 lj.remaining -= saved
+                lj.moved_at = sched.cluster.jobs[d.job].moved_at  # a move's cooldown outlives the incarnation
                 allocated -= lj.trace.gpus
                 sched.remove(d.job)
                 preemptions += 1
@@ -345,7 +350,8 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
             for t, s in sorted(stats.items())
         },
     }
-    return PhillyResult(policy, metrics, timeline, {t: s.waits for t, s in stats.items()})
+    return PhillyResult(policy, metrics, timeline, {t: s.waits for t, s in stats.items()},
+                        [lj.waited for lj in live.values()])
 
 
 def jain_index(xs: list[float]) -> float:

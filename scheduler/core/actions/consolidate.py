@@ -1,0 +1,99 @@
+"""consolidate: when a waiting gang would fit in the free GPUs in total but not on any set of nodes
+(fragmentation), move jobs that declared themselves movable (``Job.movable``; elastic jobs by default) so
+whole nodes open for it — notice, grace, eviction, and the operator's new pods placed again.
+
+A move is tried only if, in one Statement, the gang fits once the movers left *and* every mover fits
+elsewhere beside it, so nobody is moved into a wait. At most ``consolidation_moves_per_cycle`` jobs move
+per cycle, and a job moved within ``consolidation_cooldown_s`` is not moved again. Each move is a notice
+whose reason says why (the service makes it an Event)."""
+
+from __future__ import annotations
+
+from scheduler.core.decisions import JobStatus, NotifyWillEvict
+from scheduler.core.framework import Action, Session
+from scheduler.core.model import Job, JobPhase, Tier
+from scheduler.core.statement import Statement
+
+
+class Consolidate(Action):
+    name = "consolidate"
+
+    def execute(self, ssn: Session) -> None:
+        sched, cfg, now = self.sched, self.sched.config, ssn.now
+        budget = cfg.consolidation_moves_per_cycle
+        if budget <= 0:
+            return
+        jobs, fw = sched.cluster.jobs, sched.framework
+        movable = [j for j in jobs.values() if self._movable(j, now) and fw.may_be_victim(j, ssn)]
+        if not movable:
+            return
+        free = sum(n.free_gpu_milli for n in sched.cluster.nodes.values() if n.schedulable)
+        waiting = sorted((j for j in sched.pending_jobs()
+                          if j.phase is JobPhase.PENDING and j.tier is Tier.GUARANTEED
+                          and j.gpu_demand() <= free and fw.gated(j, ssn) is None),
+                         key=lambda j: (j.submit_time, j.name))
+        for job in waiting[: cfg.preemption_attempts]:
+            if budget <= 0:
+                return
+            moved = self._try(job, [m for m in movable if m.phase is JobPhase.RUNNING], budget, ssn)
+            budget -= moved
+
+    def _movable(self, job: Job, now: float) -> bool:
+        return (job.phase is JobPhase.RUNNING and (job.movable or job.tier is Tier.ELASTIC)
+                and (job.moved_at is None or now - job.moved_at >= self.sched.config.consolidation_cooldown_s))
+
+    def _try(self, job: Job, movable: list[Job], budget: int, ssn: Session) -> int:
+        """Move the fewest movable jobs that open room for ``job``; returns how many were told to move."""
+        sched, now = self.sched, ssn.now
+        excluded = sched.reserved_nodes(except_job=job.name)  # its own hold, if any, is welcome
+        gang = sched.gang_part(job)
+        nodes = sched.cluster.nodes
+        with Statement(sched.placer) as st:
+            if st.fits(job, gang, excluded) is not None:
+                return 0  # it fits as things are: allocate will start it
+            # empty the nodes closest to empty first: the fewest GPUs to move per node opened
+            def where(m: Job) -> tuple[int, int, str]:
+                held = [nodes[r.node] for r in m.bound() if r.node in nodes]
+                most_free = max((n.free_gpu_milli for n in held), default=0)
+                return (-most_free, m.gpu_allocated(), m.name)
+
+            chosen: list[Job] = []
+            placed = None
+            for mover in sorted(movable, key=where):
+                if len(chosen) >= budget:
+                    break
+                st.lift(mover)
+                chosen.append(mover)
+                placed = st.fits(job, gang, excluded)
+                if placed is not None:
+                    break
+            if placed is None:
+                return 0
+            for mover in sorted(chosen, key=lambda m: -m.gpu_allocated()):  # drop movers not needed after all
+                st.restore(mover)
+                if st.fits(job, gang, excluded) is None:
+                    st.lift(mover)
+                else:
+                    chosen.remove(mover)
+            placed = st.place_gang(job, gang, excluded)
+            assert placed is not None, "the gang stopped fitting"
+            target = tuple(sorted({p.node for p in placed}))
+            keep_off = excluded | frozenset(target)
+            for mover in chosen:  # each must find room elsewhere, or nobody moves
+                if st.place_gang(mover, mover.pending(), keep_off) is None:
+                    return 0
+        sched.hold(job, target)
+        job.phase = JobPhase.PRIVILEGED
+        job.reason = (f"consolidating: moving {len(chosen)} movable job(s) ({', '.join(m.name for m in chosen)}) "
+                      f"to open whole nodes; it would fit in the free GPUs, but on no set of nodes")
+        for mover in chosen:
+            deadline = now + max(sched.cluster.queues[mover.queue].victim_grace_s, 0.0)
+            mover.phase, mover.will_evict_deadline, mover.will_evict_by = JobPhase.WILL_EVICT, deadline, job.name
+            mover.last_victim_cycle = sched.cycles
+            mover.moved_at = now
+            sched.victims[job.name][mover.name] = None
+            mover.reason = (f"will be evicted at t={deadline:.0f} (consolidation for {job.name}: moved so that whole "
+                            "nodes open; its new pods fit elsewhere); checkpoint now")
+            ssn.result.decisions.append(NotifyWillEvict(mover.name, deadline, job.name, mover.reason))
+        ssn.result.decisions.append(JobStatus(job.name, JobPhase.PRIVILEGED.value, job.reason))
+        return len(chosen)

@@ -1,0 +1,99 @@
+"""Consolidation: movable jobs are moved so that a gang finds whole nodes."""
+
+from __future__ import annotations
+
+from scheduler.core.decisions import Evict, NotifyWillEvict
+from scheduler.core.model import Cluster, Job, JobPhase
+from scheduler.core.scheduler import Scheduler
+from tests.unit.core_helpers import cluster, gang, node, scheduler
+
+
+def phase(c: Cluster, name: str) -> JobPhase:
+    return c.jobs[name].phase
+
+
+def fragmented(movable: bool = True, nodes: int = 2, **cfg: object) -> tuple[Cluster, Scheduler]:
+    """Nodes of 8 GPUs, each holding 4 one-GPU jobs (the others ended): 4 free on every node, none whole."""
+    c = cluster([node(f"n{i}", 8) for i in range(1, nodes + 1)])
+    s = scheduler(c, actions=("allocate", "reserve", "preempt", "consolidate"), **cfg)
+    for i in range(8 * nodes):
+        job = gang(f"s{i}", "default", 1, 1, submit=0)
+        job.movable = movable
+        s.submit(job)
+    s.cycle(0)
+    by_node: dict[str, list[Job]] = {}
+    for i in range(8 * nodes):
+        j = c.jobs[f"s{i}"]
+        by_node.setdefault(j.replicas[0].node or "", []).append(j)
+    for jobs in by_node.values():
+        for j in jobs[:4]:
+            s.finish(j.name)
+            s.remove(j.name)
+    return c, s
+
+
+def notices(res: object) -> list[NotifyWillEvict]:
+    return [d for d in res.of(NotifyWillEvict) if isinstance(d, NotifyWillEvict)]  # type: ignore[attr-defined]
+
+
+def test_a_gang_blocked_by_fragmentation_gets_a_node_emptied_of_movable_jobs() -> None:
+    c, s = fragmented()
+    s.submit(gang("big", "default", 1, 8, submit=10))
+    res = s.cycle(10)
+    moved = notices(res)
+    assert len(moved) == 4 and all("consolidation for big" in n.reason for n in moved)
+    movers = {n.job for n in moved}
+    assert len({c.jobs[m].replicas[0].node for m in movers}) == 1  # one node emptied
+    assert phase(c, "big") is JobPhase.PRIVILEGED and "consolidating: moving 4 movable job(s)" in c.jobs["big"].reason
+    res = s.cycle(10 + 31)  # the movers' grace (30 s) is over
+    assert {d.job for d in res.of(Evict) if isinstance(d, Evict)} == movers
+    assert phase(c, "big") is JobPhase.RUNNING
+    for m in movers:  # their operator makes new pods: they fit in the GPUs the others left
+        s.remove(m)
+        again = gang(f"{m}-again", "default", 1, 1, submit=41)
+        again.movable = True
+        s.submit(again)
+    s.cycle(42)
+    assert all(phase(c, f"{m}-again") is JobPhase.RUNNING for m in movers)
+
+
+def test_jobs_that_did_not_declare_themselves_movable_stay() -> None:
+    c, s = fragmented(movable=False)
+    s.submit(gang("big", "default", 1, 8, submit=10))
+    assert not notices(s.cycle(10))
+    assert phase(c, "big") is JobPhase.PENDING
+
+
+def test_nobody_moves_when_the_movers_would_find_no_room_elsewhere() -> None:
+    _, s = fragmented()
+    for i in range(3):  # the other node's free GPUs taken by jobs that stay: the movers could not land
+        s.submit(gang(f"stay{i}", "default", 1, 1, submit=5))
+    s.cycle(5)
+    s.submit(gang("big", "default", 1, 8, submit=10))
+    assert not notices(s.cycle(10))
+
+
+def test_moves_per_cycle_are_bounded_and_a_moved_job_waits_out_its_cooldown() -> None:
+    _, s = fragmented(consolidation_moves_per_cycle=3)
+    s.submit(gang("big", "default", 1, 8, submit=10))
+    assert not notices(s.cycle(10))  # emptying a node takes 4 moves, more than the 3 allowed
+    c2, s2 = fragmented(nodes=3, consolidation_cooldown_s=1000.0)
+    s2.submit(gang("big", "default", 1, 8, submit=10))
+    movers = {n.job for n in notices(s2.cycle(10))}
+    nodes = {c2.jobs[m].replicas[0].node for m in movers}
+    others = [j for j in c2.jobs if j.startswith("s") and j not in movers]
+    drained = sorted({c2.jobs[j].replicas[0].node or "" for j in others})[0]
+    for j in others:  # another node drains before the grace ends: big starts there, the moves are called off
+        if c2.jobs[j].replicas[0].node == drained:
+            s2.finish(j)
+            s2.remove(j)
+    s2.cycle(20)
+    assert phase(c2, "big") is JobPhase.RUNNING and c2.jobs["big"].replicas[0].node == drained
+    assert all(phase(c2, m) is JobPhase.RUNNING and c2.jobs[m].moved_at == 10 for m in movers)
+    s2.submit(gang("big2", "default", 1, 8, submit=30))
+    second = {n.job for n in notices(s2.cycle(30))}
+    assert len(second) == 4 and not (second & movers)  # the jobs of the third node move instead
+    assert {c2.jobs[m].replicas[0].node for m in second}.isdisjoint(nodes | {drained})
+    action = next(a for a in s2.actions if a.name == "consolidate")
+    mover = c2.jobs[next(iter(movers))]
+    assert not action._movable(mover, 1009) and action._movable(mover, 1010)  # type: ignore[attr-defined]
