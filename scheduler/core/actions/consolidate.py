@@ -9,7 +9,7 @@ whose reason says why (the service makes it an Event)."""
 
 from __future__ import annotations
 
-from scheduler.core.decisions import JobStatus, NotifyWillEvict
+from scheduler.core.actions.victims import fewest, tell_to_leave
 from scheduler.core.framework import Action, Session
 from scheduler.core.model import Job, JobPhase, Tier
 from scheduler.core.statement import Statement
@@ -69,12 +69,7 @@ class Consolidate(Action):
                     break
             if placed is None:
                 return 0
-            for mover in sorted(chosen, key=lambda m: -m.gpu_allocated()):  # drop movers not needed after all
-                st.restore(mover)
-                if st.fits(job, gang, excluded) is None:
-                    st.lift(mover)
-                else:
-                    chosen.remove(mover)
+            fewest(st, job, gang, excluded, chosen, lambda m: -m.gpu_allocated())  # the biggest dropped first
             placed = st.place_gang(job, gang, excluded)
             assert placed is not None, "the gang stopped fitting"
             target = tuple(sorted({p.node for p in placed}))
@@ -82,18 +77,11 @@ class Consolidate(Action):
             for mover in chosen:  # each must find room elsewhere, or nobody moves
                 if st.place_gang(mover, mover.pending(), keep_off) is None:
                     return 0
-        sched.hold(job, target)
-        job.phase = JobPhase.PRIVILEGED
-        job.reason = (f"consolidating: moving {len(chosen)} movable job(s) ({', '.join(m.name for m in chosen)}) "
-                      f"to open whole nodes; it would fit in the free GPUs, but on no set of nodes")
         for mover in chosen:
-            deadline = now + max(sched.cluster.queues[mover.queue].victim_grace_s, 0.0)
-            mover.phase, mover.will_evict_deadline, mover.will_evict_by = JobPhase.WILL_EVICT, deadline, job.name
-            mover.last_victim_cycle = sched.cycles
             mover.moved_at = now
-            sched.victims[job.name][mover.name] = None
-            mover.reason = (f"will be evicted at t={deadline:.0f} (consolidation for {job.name}: moved so that whole "
-                            "nodes open; its new pods fit elsewhere); checkpoint now")
-            ssn.result.decisions.append(NotifyWillEvict(mover.name, deadline, job.name, mover.reason))
-        ssn.result.decisions.append(JobStatus(job.name, JobPhase.PRIVILEGED.value, job.reason))
+        tell_to_leave(ssn, job, target, chosen,
+                      lambda m: f"consolidation for {job.name}: moved so that whole nodes open; its new pods fit "
+                                "elsewhere",
+                      f"consolidating: moving {len(chosen)} movable job(s) ({', '.join(m.name for m in chosen)}) "
+                      "to open whole nodes; it would fit in the free GPUs, but on no set of nodes")
         return len(chosen)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 
-from scheduler.core.decisions import JobStatus, NotifyWillEvict, Shrink
+from scheduler.core.actions.victims import fewest, tell_to_leave
+from scheduler.core.decisions import Shrink
 from scheduler.core.framework import Action, OrderKey, Session
 from scheduler.core.model import Job, JobPhase, Replica, ReplicaPhase, Tier
 from scheduler.core.statement import Statement
@@ -94,13 +95,7 @@ class Preempt(Action):
                     st.restore(victim)
                 job.reason = "cannot start even if every job it may preempt were evicted"
                 return False
-            # fewest victims: drop any victim the gang does not need after all (most expensive first)
-            for victim in sorted(chosen, key=lambda v: -_cost(v, now)):
-                st.restore(victim)
-                if st.fits(job, gang, excluded) is None:
-                    st.lift(victim)
-                else:
-                    chosen.remove(victim)
+            fewest(st, job, gang, excluded, chosen, lambda v: -_cost(v, now))  # most expensive dropped first
             trial = st.fits(job, gang, excluded)
             assert trial is not None, "victim set stopped fitting"
             if not chosen:  # it fits without anyone leaving (on nodes held for others): nothing to do here
@@ -110,18 +105,8 @@ class Preempt(Action):
                 st.restore(victim)
             # the victims are back: each one's rule as it stands with the others still running
             rules = {v.name: fw.victim_reason(job, v, ssn) or "preemption" for v in chosen}
-        sched.hold(job, nodes)
-        job.phase = JobPhase.PRIVILEGED
-        job.reason = f"preempting {len(chosen)} job(s): {', '.join(v.name for v in chosen)}"
-        for victim in chosen:
-            vq = sched.cluster.queues[victim.queue]
-            deadline = now + max(vq.victim_grace_s, 0.0)
-            victim.phase, victim.will_evict_deadline, victim.will_evict_by = JobPhase.WILL_EVICT, deadline, job.name
-            victim.last_victim_cycle = sched.cycles
-            sched.victims[job.name][victim.name] = None
-            victim.reason = f"will be evicted at t={deadline:.0f} ({rules[victim.name]} by {job.name}); checkpoint now"
-            ssn.result.decisions.append(NotifyWillEvict(victim.name, deadline, job.name, victim.reason))
-        ssn.result.decisions.append(JobStatus(job.name, JobPhase.PRIVILEGED.value, job.reason))
+        tell_to_leave(ssn, job, nodes, chosen, lambda v: f"{rules[v.name]} by {job.name}",
+                      f"preempting {len(chosen)} job(s): {', '.join(v.name for v in chosen)}")
         return True
 
     def _shrink_for(self, job: Job, pool: list[Job], excluded: frozenset[str], ssn: Session) -> bool:

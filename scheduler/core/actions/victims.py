@@ -1,0 +1,39 @@
+"""What preempt and consolidate share: the fewest jobs that must leave, and telling them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from scheduler.core.decisions import JobStatus, NotifyWillEvict
+from scheduler.core.framework import Session
+from scheduler.core.model import Job, JobPhase, Replica
+from scheduler.core.statement import Statement
+
+
+def fewest(st: Statement, job: Job, gang: list[Replica], excluded: frozenset[str], chosen: list[Job],
+           dearest_first: Callable[[Job], float]) -> None:
+    """Drop from ``chosen`` (lifted in ``st``) every job ``job`` can do without, dearest first."""
+    for other in sorted(chosen, key=dearest_first):
+        st.restore(other)
+        if st.fits(job, gang, excluded) is None:
+            st.lift(other)
+        else:
+            chosen.remove(other)
+
+
+def tell_to_leave(ssn: Session, job: Job, nodes: tuple[str, ...], leaving: list[Job],
+                  why: Callable[[Job], str], status: str) -> None:
+    """``job`` holds ``nodes`` and waits (Privileged) for ``leaving`` to go at the end of their grace;
+    each is told why, with its deadline, to checkpoint."""
+    sched, now = ssn.sched, ssn.now
+    sched.hold(job, nodes)
+    job.phase = JobPhase.PRIVILEGED
+    job.reason = status
+    for other in leaving:
+        deadline = now + max(sched.cluster.queues[other.queue].victim_grace_s, 0.0)
+        other.phase, other.will_evict_deadline, other.will_evict_by = JobPhase.WILL_EVICT, deadline, job.name
+        other.last_victim_cycle = sched.cycles
+        sched.victims[job.name][other.name] = None
+        other.reason = f"will be evicted at t={deadline:.0f} ({why(other)}); checkpoint now"
+        ssn.result.decisions.append(NotifyWillEvict(other.name, deadline, job.name, other.reason))
+    ssn.result.decisions.append(JobStatus(job.name, JobPhase.PRIVILEGED.value, job.reason))
