@@ -301,10 +301,15 @@ def build(nodes: dict[str, Obj], pods: dict[str, Obj], groups: dict[str, Obj], q
     return snap
 
 
-def build_queues(queues: Mapping[str, Obj]) -> dict[str, Queue]:
-    """The queues, each parent link that cannot stand dropped (:func:`queue_problems` says why)."""
+def _as_written(queues: Mapping[str, Obj]) -> dict[str, Queue]:
     out = {q.name: q for q in (build_queue(o) for o in queues.values())}
     out.setdefault(DEFAULT_QUEUE, Queue(DEFAULT_QUEUE))
+    return out
+
+
+def build_queues(queues: Mapping[str, Obj]) -> dict[str, Queue]:
+    """The queues, each parent link that cannot stand dropped (:func:`queue_problems` says why)."""
+    out = _as_written(queues)
     for name in hierarchy.problems(out):
         out[name].parent = None
     return out
@@ -312,9 +317,7 @@ def build_queues(queues: Mapping[str, Obj]) -> dict[str, Queue]:
 
 def queue_problems(queues: Mapping[str, Obj]) -> dict[str, str]:
     """Queue -> why its parent link is ignored (unknown parent, a loop, children guaranteed too much)."""
-    built = {q.name: q for q in (build_queue(o) for o in queues.values())}
-    built.setdefault(DEFAULT_QUEUE, Queue(DEFAULT_QUEUE))
-    return hierarchy.problems(built)
+    return hierarchy.problems(_as_written(queues))
 
 
 def _recorded_devices(pod: Obj) -> set[int]:
