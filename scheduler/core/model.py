@@ -142,6 +142,9 @@ class Queue:
     preemptor_delay_s: float = 0.0  # a preemptor waits this long for capacity before evicting anyone
     victim_grace_s: float = 30.0  # a victim gets this long to checkpoint
     parent: str | None = None  # the queue it is part of (department -> team); see scheduler/core/hierarchy.py
+    # its movable jobs are ordered by the GPU time they received (the las plugin): the least first, and
+    # long runners yield to newcomers
+    least_attained_service: bool = False
     allocated_gpu: int = 0  # milli, its own jobs' and its descendants', kept by the core's accounting
     own_gpu: int = 0  # milli, its own jobs'
 
@@ -197,6 +200,8 @@ class Job:
     depends_on: tuple[Dependency, ...] = ()
     movable: bool = False  # it may be moved (evicted with notice, placed again) to consolidate; elastic jobs may anyway
     moved_at: float | None = None  # when it was last told to move (consolidation's cooldown)
+    attained_gpu_s: float = 0.0  # GPU-seconds its earlier runs received (evicted runs; the las plugin)
+    stopped_at: float | None = None  # when its last run was evicted
     phase: JobPhase = JobPhase.PENDING
     replicas: list[Replica] = field(default_factory=list)
     start_time: float | None = None
@@ -241,6 +246,12 @@ class Job:
 
     def gpu_allocated(self) -> int:
         return self.allocated
+
+    def attained(self, now: float) -> float:
+        """GPU-seconds received so far: earlier runs and the current one."""
+        if self.start_time is None or not self.phase.holds_resources:
+            return self.attained_gpu_s
+        return self.attained_gpu_s + max(0.0, now - self.start_time) * self.allocated / 1000
 
     def min_gpu(self) -> int:
         tasks = self.task_by_name

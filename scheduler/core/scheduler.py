@@ -67,6 +67,10 @@ class SchedulerConfig:
     consolidation_cooldown_s: float = 3600.0
     # dependencies: a job whose dependency does not exist this long after it arrived can never start
     dependency_timeout_s: float = 600.0
+    # las: levels of GPU-seconds received (coarse, so that jobs are not thrashed), and the promote knob: a job
+    # that waited this many times as long as it ran since its last run counts afresh (None: never)
+    las_thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0)
+    las_promote_knob: float | None = 2.0
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> SchedulerConfig:
@@ -80,6 +84,11 @@ class SchedulerConfig:
     def __post_init__(self) -> None:
         if self.usage_half_life_s <= 0:
             raise ValueError(f"usage_half_life_s must be positive, got {self.usage_half_life_s}")
+        if list(self.las_thresholds_gpu_s) != sorted(set(self.las_thresholds_gpu_s)) or any(
+                t <= 0 for t in self.las_thresholds_gpu_s):
+            raise ValueError(f"las_thresholds_gpu_s must be positive and increasing, got {self.las_thresholds_gpu_s}")
+        if self.las_promote_knob is not None and self.las_promote_knob <= 0:
+            raise ValueError(f"las_promote_knob must be positive, got {self.las_promote_knob}")
         if self.dependency_timeout_s < 0:
             raise ValueError(f"dependency_timeout_s must not be negative, got {self.dependency_timeout_s}")
         for kind, names, known in (("action", self.actions, ACTIONS), ("plugin", self.plugins, PLUGINS)):
@@ -134,6 +143,8 @@ class Scheduler:
         # how jobs the model no longer holds ended (for dependencies), oldest first, at most OUTCOMES kept;
         # an adapter that keeps the record elsewhere (a PodGroup's status) answers first
         self.outcomes: dict[str, JobPhase] = {}
+        # evicted jobs' GPU-seconds received and when they stopped, for their next run (same bound)
+        self._served: dict[str, tuple[float, float]] = {}
         self.phase_elsewhere: Callable[[str], JobPhase | None] = _nowhere
         self.configure(config or SchedulerConfig())
         for job in cluster.jobs.values():
@@ -196,6 +207,9 @@ class Scheduler:
         if job.queue not in self.cluster.queues:
             raise KeyError(f"job {job.name} names queue {job.queue!r}, which does not exist")
         self.cluster.jobs[job.name] = job
+        served = self._served.get(job.name)
+        if served is not None and served[0] > job.attained_gpu_s:  # a new run of an evicted job: what it had
+            job.attained_gpu_s, job.stopped_at = served
         self._adopt(job)
         self._count(job)
 
@@ -241,6 +255,8 @@ class Scheduler:
         self.elastic.pop(job.name, None)
         job.last_victim_cycle, job.last_victim_at = old.last_victim_cycle, old.last_victim_at
         job.evictions = old.evictions
+        if old.attained_gpu_s > job.attained_gpu_s:
+            job.attained_gpu_s, job.stopped_at = old.attained_gpu_s, old.stopped_at
         if not old.phase.terminal:
             job.bypassed, job.preempt_retry_at = old.bypassed, old.preempt_retry_at
             job.privileged_since = old.privileged_since
@@ -366,6 +382,7 @@ class Scheduler:
         was_running = job.phase.holds_resources
         job.phase, job.reason = phase, reason
         if phase in (JobPhase.SUCCEEDED, JobPhase.FAILED) and reason != DELETED:  # deleted: nobody knows
+            self._served.pop(job.name, None)
             self.outcomes.pop(job.name, None)
             self.outcomes[job.name] = phase
             if len(self.outcomes) > OUTCOMES:
@@ -418,6 +435,10 @@ class Scheduler:
 
     def _evict(self, job: Job, reason: str, result: CycleResult) -> None:
         ran = tuple((r.task, r.index, r.node or "") for r in job.replicas if r.phase is ReplicaPhase.BOUND)
+        job.attained_gpu_s, job.stopped_at = job.attained(self.cluster.now), self.cluster.now
+        self._served[job.name] = (job.attained_gpu_s, self.cluster.now)  # for its next run (the las plugin)
+        if len(self._served) > OUTCOMES:
+            del self._served[next(iter(self._served))]
         for r in job.replicas:
             if r.phase in (ReplicaPhase.BOUND, ReplicaPhase.PENDING):
                 self.placer.release(job, r, ReplicaPhase.EVICTED)

@@ -179,14 +179,19 @@ class Mirror:
     def _sync_queues(self, sched: Scheduler) -> None:
         """Queues change rarely and a change can move any job (namespace queues): every job is re-derived."""
         queues = sched.cluster.queues
+        reordered: set[str] = set()
         for name, q in build_queues(self._queues).items():
             have = queues.get(name)
             if have is None:
                 queues[name] = q
                 continue
+            if have.least_attained_service != q.least_attained_service:
+                reordered.add(name)
             for field in ("guaranteed_gpu", "max_gpu", "weight", "rights", "preemptor_delay_s", "victim_grace_s",
-                          "parent"):
+                          "parent", "least_attained_service"):
                 setattr(have, field, getattr(q, field))
+        for job in [j for j in sched.pending_jobs() if j.queue in reordered]:
+            sched.index(job)  # the queue's job order changed
         recount(queues)  # links may have changed; what each queue's own jobs hold is kept by the placer
         self._dirty_jobs.update(dict.fromkeys([*self._members, *self._ended, *sched.cluster.jobs]))
 

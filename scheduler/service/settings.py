@@ -50,6 +50,17 @@ class ConfigFile(BaseModel):
     dependency_timeout_seconds: float | None = Field(
         None, ge=0, description="dependencies: a job whose dependency does not exist this long after it arrived "
                                 "can never start")
+    las_thresholds_gpu_seconds: list[float] | None = Field(
+        None, min_length=1, max_length=8, description="las: GPU-seconds received at which a job moves a level down")
+    las_promote_knob: float | None = Field(None, ge=0, description="las: a job that waited this many times as long "
+                                                                   "as it ran counts afresh (0: never)")
+
+    @field_validator("las_thresholds_gpu_seconds")
+    @classmethod
+    def _increasing(cls, value: list[float] | None) -> list[float] | None:
+        if value is not None and (any(v <= 0 for v in value) or value != sorted(set(value))):
+            raise ValueError("thresholds must be positive and increasing")
+        return value
 
     @field_validator("preset")
     @classmethod
@@ -95,6 +106,7 @@ _CORE_FIELDS = {
     "dependency_timeout_seconds": "dependency_timeout_s",
     "consolidation_moves_per_cycle": "consolidation_moves_per_cycle",
     "consolidation_cooldown_seconds": "consolidation_cooldown_s",
+    "las_thresholds_gpu_seconds": "las_thresholds_gpu_s", "las_promote_knob": "las_promote_knob",
 }
 
 
@@ -134,8 +146,10 @@ def parse(text: str, base: Settings, source: str = "configuration") -> Settings:
         value = getattr(conf, name)
         if value is None:
             continue
-        if name in ("starvation_preempt_after_seconds", "reservation_after_seconds") and value == 0:
+        if name in ("starvation_preempt_after_seconds", "reservation_after_seconds", "las_promote_knob") and value == 0:
             value = None  # 0 switches it off
+        if isinstance(value, list):
+            value = tuple(value)
         changes[core_name] = value
     core = dataclasses.replace(base.core, **changes)
     return Settings(core, conf.period_seconds if conf.period_seconds is not None else base.period_s)

@@ -190,6 +190,7 @@ def build_queue(obj: Obj) -> Queue:
         preemptor_delay_s=float(pre.get("preemptorDelaySeconds", 0)),
         victim_grace_s=float(pre.get("victimGraceSeconds", 30)),
         parent=spec.get("parent") or None,
+        least_attained_service=bool(pre.get("leastAttainedService", False)),
     )
 
 

@@ -36,6 +36,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "reads it), applied over --policy: simulate the policy a cluster is configured with")
     h.add_argument("--departments", type=int, default=0, help="group the VCs into this many departments (parent "
                    "queues; VCs dealt out largest first), and report fairness per department too")
+    h.add_argument("--las", action="store_true", help="every queue orders its jobs by least attained service and "
+                   "every job may checkpoint (Tiresias' assumption): the las plugin added to the policy")
     h.add_argument("--json", action="store_true")
     h.add_argument("--plot", type=Path, help="write a PNG: utilization and queue over time, waits per tenant")
     h.add_argument("--strict", action="store_true")
@@ -107,7 +109,7 @@ def run_philly(args: argparse.Namespace) -> int:
         t0 = time.monotonic()
         res = philly.simulate(jobs, vc, args.policy, args.nodes, args.gpus_per_node,
                               progress=lambda s: print(f"ferry: {s}", file=sys.stderr, flush=True), notes=notes,
-                              config=config, departments=args.departments)
+                              config=config, departments=args.departments, las=args.las)
     except (TraceError, ValueError, OSError) as exc:
         return _fail(str(exc))
     for note in notes[:20]:

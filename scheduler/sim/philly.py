@@ -9,6 +9,7 @@ what remains.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import statistics
@@ -101,6 +102,8 @@ class _Live:
     notice: float | None = None
     incarnation: int = 0
     moved_at: float | None = None
+    attained_gpu_s: float = 0.0  # what its earlier runs received (the las plugin's levels)
+    stopped_at: float | None = None
 
 
 def departments_of(vc_nodes: dict[str, int], count: int) -> dict[str, str]:
@@ -158,6 +161,13 @@ def build_cluster(nodes: int, gpus_per_node: int, vc_nodes: dict[str, int], tena
     return Cluster(cluster_nodes, queues)
 
 
+def with_las(config: SchedulerConfig) -> SchedulerConfig:
+    """``config`` with the ``las`` plugin (after the job-order plugins it refines: priority first)."""
+    if "las" in config.plugins:
+        return config
+    return dataclasses.replace(config, plugins=(*config.plugins, "las"))
+
+
 def make_scheduler(policy: str, cluster: Cluster, config: SchedulerConfig | None = None) -> Scheduler:
     """The scheduler the service runs, configured by the preset of that name (or by ``config``)."""
     if config is not None:
@@ -179,10 +189,13 @@ class PhillyResult:
 def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes: int = 96,
              gpus_per_node: int = 8, progress: Callable[[str], None] | None = None,
              notes: list[str] | None = None, config: SchedulerConfig | None = None,
-             departments: int = 0, movable: Callable[[TraceJob], bool] | None = None) -> PhillyResult:
+             departments: int = 0, movable: Callable[[TraceJob], bool] | None = None,
+             las: bool = False) -> PhillyResult:
     """Replay ``jobs``; with ``departments`` the VCs become teams of that many departments
     (:func:`departments_of`) and fairness is also reported per department; ``movable`` says which jobs
-    may be moved by consolidation (all may checkpoint: a move loses the work since its notice)."""
+    may be moved by consolidation (all may checkpoint: a move loses the work since its notice). With
+    ``las`` every queue orders its jobs by least attained service and every job is movable, as Tiresias
+    assumes (the ``las`` plugin is added to the configuration)."""
     notes = notes if notes is not None else []
     capacity_gpus = nodes * gpus_per_node
     runnable = []
@@ -195,6 +208,11 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
     tenants = {j.tenant for j in runnable}
     dept_of = departments_of(vc_nodes, departments)
     cluster = build_cluster(nodes, gpus_per_node, vc_nodes, tenants, notes, dept_of)
+    if las:
+        config = with_las(config or SchedulerConfig.preset(policy))
+        for q in cluster.queues.values():
+            q.least_attained_service = True
+        movable = movable or (lambda _: True)
     sched = make_scheduler(policy, cluster, config)
     teams = {t: q for t, q in cluster.queues.items() if t in tenants}  # the queues jobs are in
     weight = {t: q.weight for t, q in teams.items()}
@@ -252,7 +270,8 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
         tasks = ([Task("worker", 1, Request(gpus=g))] if g <= gpus_per_node else
                  [Task("worker", math.ceil(g / gpus_per_node), Request(gpus=gpus_per_node))])
         sched.submit(Job(job_name, lj.trace.tenant, tasks, submit_time=lj.trace.submit - t0,
-                         movable=bool(movable and movable(lj.trace)), moved_at=lj.moved_at))
+                         movable=bool(movable and movable(lj.trace)), moved_at=lj.moved_at,
+                         attained_gpu_s=lj.attained_gpu_s, stopped_at=lj.stopped_at))
         lj.pending_since = now
         pending += 1
 
@@ -298,7 +317,8 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
                 saved = (lj.notice if lj.notice is not None else now) - lj.started
                 lost = (now - lj.started - saved) * lj.trace.gpus
                 lj.remaining -= saved
-                lj.moved_at = sched.cluster.jobs[d.job].moved_at  # a move's cooldown outlives the incarnation
+                gone = sched.cluster.jobs[d.job]  # a move's cooldown and the service received outlive the run
+                lj.moved_at, lj.attained_gpu_s, lj.stopped_at = gone.moved_at, gone.attained_gpu_s, gone.stopped_at
                 allocated -= lj.trace.gpus
                 sched.remove(d.job)
                 preemptions += 1

@@ -20,6 +20,8 @@ def test_the_file_overrides_what_it_sets_and_keeps_the_rest() -> None:
     assert parse("", BASE) == BASE
     fair = parse("plugins: [priority, fair-over-time, capacity, fragmentation]\nusageHalfLifeSeconds: 7200\n", BASE)
     assert fair.core.usage_half_life_s == 7200 and fair.core.plugins[-1] == "fragmentation"
+    las = parse("lasThresholdsGpuSeconds: [1800, 18000, 180000]\nlasPromoteKnob: 0\n", BASE)
+    assert las.core.las_thresholds_gpu_s == (1800, 18000, 180000) and las.core.las_promote_knob is None
 
 
 @pytest.mark.parametrize(("text", "says"), [
@@ -31,6 +33,8 @@ def test_the_file_overrides_what_it_sets_and_keeps_the_rest() -> None:
     ("a: [", "not YAML"),
     ("usageHalfLifeSeconds: 0", "usageHalfLifeSeconds: Input should be greater than 0"),
     ("plugins: [priority, fgd]", "unknown plugin"),
+    ("lasThresholdsGpuSeconds: [3600, 60]", "lasThresholdsGpuSeconds: Value error, thresholds must be positive "
+                                            "and increasing"),
 ])
 def test_a_bad_file_is_refused_with_the_field_and_the_reason(text: str, says: str) -> None:
     with pytest.raises(ConfigError, match=None) as info:

@@ -7,7 +7,7 @@ from typing import Any
 
 from scheduler.core.model import ReplicaPhase
 from scheduler.service.service import namespace_condition
-from scheduler.service.snapshot import ShapeCache, build, namespace_conflicts, namespace_queues
+from scheduler.service.snapshot import ShapeCache, build, build_queue, namespace_conflicts, namespace_queues
 
 NODES = {"n0": {"metadata": {"name": "n0", "labels": {}},
                 "status": {"allocatable": {"cpu": "8", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "8"},
@@ -117,3 +117,9 @@ def test_a_namespace_two_queues_list_belongs_to_the_older_whatever_the_listing_o
     [condition] = namespace_condition({"shared": "team-a"})
     assert condition["status"] == "False" and "shared (Queue team-a)" in condition["message"]
     assert namespace_condition({})[0]["status"] == "True"
+
+
+def test_a_queue_asks_for_least_attained_service_under_preemption() -> None:
+    spec = {"guaranteed": {"gpu": "8"}, "preemption": {"leastAttainedService": True}}
+    assert build_queue({"metadata": {"name": "team"}, "spec": spec}).least_attained_service
+    assert not build_queue({"metadata": {"name": "team"}, "spec": {}}).least_attained_service

@@ -10,6 +10,7 @@ from scheduler.core.plugins.fair_over_time import FairOverTime
 from scheduler.core.plugins.fifo import Fifo
 from scheduler.core.plugins.fragmentation import Fragmentation
 from scheduler.core.plugins.guarantee import Guarantee
+from scheduler.core.plugins.las import LeastAttainedService
 from scheduler.core.plugins.priority import Priority
 from scheduler.core.plugins.proportion import Proportion
 from scheduler.core.plugins.protection import Protection
@@ -19,4 +20,4 @@ from scheduler.core.plugins.tier_preemption import TierPreemption
 
 PLUGINS: dict[str, type[Plugin]] = {p.name: p for p in (
     Priority, Guarantee, Fifo, Proportion, Capacity, Protection, TierPreemption, Reclaim, Starvation,
-    Fragmentation, Binpack, FairOverTime, Dependencies)}
+    Fragmentation, Binpack, FairOverTime, Dependencies, LeastAttainedService)}

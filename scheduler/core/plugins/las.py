@@ -1,0 +1,82 @@
+"""las: least attained service for movable jobs (Tiresias' discretised 2D-LAS, NSDI'19) — short jobs go
+first without anyone knowing run times.
+
+In a queue with ``least_attained_service`` a job's level is set by the GPU-seconds it has received (GPUs ×
+time run, over all its runs): level 0 below the first of ``las_thresholds_gpu_s``, one level further down
+past each threshold. Lower levels come first in the queue's order (the oldest first within a level), and a
+waiting job may evict, with the queue's notice and grace, a running **movable** job of its own queue at a
+lower level — one that has received more (rule ``las``). Levels are coarse so that jobs are not thrashed:
+jobs of one level never evict each other, and the usual protection (a minimum run, a cooldown) holds.
+
+Starvation (Tiresias' promote knob): a job that has waited since its last run ``las_promote_knob`` times as
+long as it ran is counted afresh, at level 0. Other queues are not touched: across queues guarantees and
+reclaim decide, so a tenant's LAS reorders only its own work.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections.abc import Iterator
+
+from scheduler.core.framework import Framework, Plugin, Session
+from scheduler.core.model import Job, JobPhase, Tier
+
+
+class LeastAttainedService(Plugin):
+    name = "las"
+
+    def register(self, fw: Framework) -> None:
+        self._due: list[tuple[float, str]] = []  # (when, job): demoted waiting jobs' promotions, stale ones skipped
+        fw.session_open.append((self.name, self.promote))
+        fw.job_order.append((self.name, self.job_order))
+        fw.victim_rule.append((self.name, self.yields))
+        fw.victim_order.append((self.name, self.victim_order))
+        fw.victim_queues.append((self.name, self.queues))
+
+    def level(self, attained_gpu_s: float) -> int:
+        return bisect.bisect_right(self.sched.config.las_thresholds_gpu_s, attained_gpu_s)
+
+    def _on(self, job: Job) -> bool:
+        return self.sched.cluster.queues[job.queue].least_attained_service
+
+    def job_order(self, job: Job) -> tuple[int]:
+        """Asked whenever a waiting job is filed: a demoted one's promotion is noted for later."""
+        if not self._on(job):
+            return (0,)
+        level = self.level(job.attained_gpu_s)
+        if level and job.stopped_at is not None and self.sched.config.las_promote_knob is not None:
+            heapq.heappush(self._due, (self._promotion(job), job.name))
+        return (level,)
+
+    def _promotion(self, job: Job) -> float:
+        assert job.stopped_at is not None and self.sched.config.las_promote_knob is not None
+        ran_s = job.attained_gpu_s * 1000 / max(job.min_gpu(), 1)
+        return job.stopped_at + self.sched.config.las_promote_knob * ran_s
+
+    def promote(self, ssn: Session) -> None:
+        """Jobs that waited ``las_promote_knob`` times their run since their last run start afresh."""
+        jobs = self.sched.cluster.jobs
+        while self._due and self._due[0][0] <= ssn.now:
+            when, name = heapq.heappop(self._due)
+            job = jobs.get(name)
+            if (job is None or job.phase is not JobPhase.PENDING or not self.level(job.attained_gpu_s)
+                    or job.stopped_at is None or self._promotion(job) != when):
+                continue  # gone, started, promoted already, or filed again since
+            job.attained_gpu_s = 0.0
+            job.reason = "waited long after its last run: counted afresh (least attained service)"
+            self.sched.index(job)  # its order key changed
+
+    def yields(self, preemptor: Job, victim: Job, ssn: Session) -> bool:
+        movable = victim.movable or victim.tier is Tier.ELASTIC
+        return (movable and victim.queue == preemptor.queue and self._on(preemptor)
+                and victim.tier <= preemptor.tier
+                and self.level(victim.attained(ssn.now)) > self.level(preemptor.attained_gpu_s))
+
+    def victim_order(self, preemptor: Job, victim: Job, ssn: Session) -> tuple[float]:
+        """The job that received the most goes first."""
+        return (-self.level(victim.attained(ssn.now)) if self._on(victim) else 0,)
+
+    def queues(self, preemptor: Job, ssn: Session) -> Iterator[tuple[str, int]]:
+        if self._on(preemptor):
+            yield preemptor.queue, int(preemptor.tier)

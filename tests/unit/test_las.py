@@ -1,0 +1,127 @@
+"""Least attained service: in a queue that asks for it, long runners yield to newcomers, in coarse levels."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler.core.decisions import Evict, NotifyWillEvict
+from scheduler.core.model import Cluster, JobPhase
+from scheduler.core.scheduler import PRESETS, Scheduler, SchedulerConfig
+from tests.unit.core_helpers import cluster, gang, node, queue, scheduler
+
+LAS = (*PRESETS["ferry"]["plugins"], "las")
+HOUR = 3600.0
+
+
+def las_cluster(on: bool = True, gpus: int = 8) -> tuple[Cluster, Scheduler]:
+    q = queue("team", 8)
+    q.least_attained_service = on
+    c = cluster([node("n1", gpus)], [q])
+    return c, scheduler(c, plugins=LAS, las_thresholds_gpu_s=(HOUR, 10 * HOUR))
+
+
+def notices(res: object) -> set[str]:
+    return {d.job for d in res.of(NotifyWillEvict) if isinstance(d, NotifyWillEvict)}  # type: ignore[attr-defined]
+
+
+def test_a_newcomer_evicts_the_movable_job_that_received_more_and_takes_its_gpus() -> None:
+    c, s = las_cluster()
+    long = gang("long", "team", 1, 8)
+    long.movable = True
+    s.submit(long)
+    s.cycle(0)
+    s.submit(gang("short", "team", 1, 8, submit=HOUR))
+    res = s.cycle(HOUR)  # 8 GPU-hours received: level 1 of (1 h, 10 h) -> below the newcomer's 0
+    assert notices(res) == {"long"} and "las by short" in c.jobs["long"].reason
+    res = s.cycle(HOUR + 31)
+    assert [d.job for d in res.of(Evict)] == ["long"] and c.jobs["short"].phase is JobPhase.RUNNING  # type: ignore[attr-defined]
+    assert c.jobs["long"].attained_gpu_s == pytest.approx(8 * (HOUR + 31))
+
+
+def test_nothing_moves_without_the_queue_flag_or_for_a_job_that_is_not_movable() -> None:
+    for on, movable in ((False, True), (True, False)):
+        c, s = las_cluster(on)
+        long = gang("long", "team", 1, 8)
+        long.movable = movable
+        s.submit(long)
+        s.cycle(0)
+        s.submit(gang("short", "team", 1, 8, submit=HOUR))
+        assert not notices(s.cycle(HOUR)) and c.jobs["short"].phase is JobPhase.PENDING
+
+
+def test_jobs_of_one_level_never_evict_each_other() -> None:
+    c, s = las_cluster()
+    first = gang("first", "team", 1, 8)
+    first.movable = True
+    s.submit(first)
+    s.cycle(0)
+    s.submit(gang("second", "team", 1, 8, submit=60))
+    assert not notices(s.cycle(60 + HOUR / 16))  # 8 GPUs x 285 s: under 1 GPU-hour, level 0 like the newcomer
+    assert c.jobs["second"].phase is JobPhase.PENDING
+
+
+def test_a_demoted_job_waits_behind_fresh_ones_until_the_promote_knob_counts_it_afresh() -> None:
+    c, s = las_cluster()
+    old = gang("old", "team", 1, 8, submit=0)
+    old.attained_gpu_s, old.stopped_at = 8 * 2 * HOUR, 0.0  # ran 2 h on 8 GPUs, then was evicted
+    s.submit(old)
+    s.submit(gang("new", "team", 1, 8, submit=10))
+    s.cycle(10)
+    assert c.jobs["new"].phase is JobPhase.RUNNING and c.jobs["old"].phase is JobPhase.PENDING  # level 1 after 0
+    s.finish("new")
+    s.remove("new")
+    s.submit(gang("newer", "team", 1, 4, submit=20))
+    s.submit(gang("newest", "team", 1, 8, submit=30))
+    s.cycle(30)
+    assert c.jobs["old"].phase is JobPhase.PENDING  # newer took 4 GPUs; level 0 still first
+    s.cycle(4 * HOUR)  # the knob (2) times its 2 h run since it stopped: level 0, and older than newest
+    assert c.jobs["old"].attained_gpu_s == 0.0
+    s.finish("newer")
+    s.remove("newer")
+    s.cycle(4 * HOUR + 1)
+    assert c.jobs["old"].phase is JobPhase.RUNNING and c.jobs["newest"].phase is JobPhase.PENDING
+
+
+def test_the_service_received_outlives_an_evicted_run_of_the_same_name() -> None:
+    _, s = las_cluster()
+    long = gang("long", "team", 1, 8)
+    long.movable = True
+    s.submit(long)
+    s.cycle(0)
+    s.submit(gang("short", "team", 1, 8, submit=HOUR))
+    s.cycle(HOUR)
+    s.cycle(HOUR + 31)
+    s.remove("long")
+    again = gang("long", "team", 1, 8)  # its operator makes new pods: the same job (PodGroup)
+    s.submit(again)
+    assert again.attained_gpu_s == pytest.approx(8 * (HOUR + 31)) and again.stopped_at == HOUR + 31
+
+
+def test_bad_thresholds_are_refused() -> None:
+    for bad in ((10.0, 5.0), (0.0,), (5.0, 5.0)):
+        with pytest.raises(ValueError, match="las_thresholds_gpu_s"):
+            SchedulerConfig(las_thresholds_gpu_s=bad)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 8), st.floats(0, 20 * HOUR)), min_size=2, max_size=8))
+def test_a_victim_always_received_more_than_its_preemptor(jobs: list[tuple[int, float]]) -> None:
+    """Whatever runs, every notice the las rule gives goes to a job at a lower level than its preemptor."""
+    c, s = las_cluster()
+    for i, (gpus, _) in enumerate(jobs):
+        j = gang(f"r{i}", "team", 1, gpus)
+        j.movable = True
+        s.submit(j)
+    s.cycle(0)
+    t = 0.0
+    for i, (gpus, later) in enumerate(jobs):
+        t += later
+        s.submit(gang(f"p{i}", "team", 1, gpus, submit=t))
+        res = s.cycle(t)
+        plugin = next(p for p in s.plugins if p.name == "las")
+        for victim in notices(res):
+            v = c.jobs[victim]
+            by = c.jobs[v.will_evict_by or ""]
+            assert plugin.level(v.attained(t)) > plugin.level(by.attained_gpu_s)  # type: ignore[attr-defined]
