@@ -130,6 +130,11 @@ class Ledger:
         self.timeline: list[tuple[float, int, int]] = []  # (trace seconds, allocated GPUs, waiting jobs)
         self.busy_while_waiting = 0.0
         self.waiting_time = 0.0
+        # allocation from the first arrival to the last: the same span for every contender, so comparable
+        # where few jobs wait (utilisation while jobs wait then covers different moments per scheduler)
+        self.last_arrival = max((j.arrival for j in jobs), default=0.0)
+        self.busy_arrivals = 0.0
+        self.arrivals_time = 0.0
 
     def submit(self, lj: _Live, now: float) -> list[str]:
         """A job (or its next incarnation) is being submitted: the names of its pods."""
@@ -186,6 +191,9 @@ class Ledger:
         if waiting:
             self.busy_while_waiting += total * dt
             self.waiting_time += dt
+        if now <= self.last_arrival:
+            self.busy_arrivals += total * dt
+            self.arrivals_time += dt
         fair = water_fill(dict(demand), {t: q.weight for t, q in self.queues.items()}, float(self.capacity))
         for t in self.queues:
             self.received[t] += alloc.get(t, 0) * dt
@@ -213,6 +221,8 @@ class Ledger:
             "p99_wait_s": round(philly.percentile(waits, 99), 1) if waits else None,
             "gpu_utilization": (round(100 * self.busy_while_waiting / (self.capacity * self.waiting_time), 2)
                                 if self.waiting_time else None),
+            "gpu_utilization_arrivals": (round(100 * self.busy_arrivals / (self.capacity * self.arrivals_time), 2)
+                                         if self.arrivals_time else None),
             "jain_fairness": round(jain, 4),
             "preemptions": self.preemptions,
             "still_waiting": len(waiting),

@@ -93,15 +93,18 @@ def replay_targets(replays: list[ReplayResult]) -> list[Target]:
         return []
 
     def ratio(key: str) -> float | None:
-        return None if f[key] is None or not v[key] else f[key] / v[key]
+        return None if f.get(key) is None or not v.get(key) else f[key] / v[key]
 
     return [Target("trace replay: Kube-Ferry / Volcano avg wait", ratio("avg_wait_s"), 0.7, higher_is_better=False),
-            Target("trace replay: Kube-Ferry / Volcano GPU utilisation", ratio("gpu_utilization"), 1.0),
+            Target("trace replay: Kube-Ferry / Volcano GPU utilisation while jobs wait", ratio("gpu_utilization"), 1.0),
+            Target("trace replay: Kube-Ferry / Volcano GPU utilisation over the arrivals",
+                   ratio("gpu_utilization_arrivals"), 1.0),
             Target("trace replay: Kube-Ferry / Volcano Jain fairness", ratio("jain_fairness"), 1.0)]
 
 
 REPLAY_COLUMNS = (("avg_wait_s", "avg wait (s)", 0), ("p50_wait_s", "p50 (s)", 0), ("p99_wait_s", "p99 (s)", 0),
-                  ("gpu_utilization", "GPU util. while jobs wait (%)", 1), ("jain_fairness", "Jain", 3),
+                  ("gpu_utilization", "GPU util. while jobs wait (%)", 1),
+                  ("gpu_utilization_arrivals", "GPU util. over the arrivals (%)", 1), ("jain_fairness", "Jain", 3),
                   ("preemptions", "preemptions", 0), ("still_waiting", "jobs waiting at the horizon", 0))
 
 

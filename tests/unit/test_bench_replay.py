@@ -105,3 +105,17 @@ def test_the_compressed_configuration_is_one_the_scheduler_accepts(tmp_path: Pat
     assert got.reservation_after_s == pytest.approx(ref.reservation_after_s / 60)  # type: ignore[operator]
     assert got.starvation_preempt_after_s == pytest.approx(ref.starvation_preempt_after_s / 60)  # type: ignore[operator]
     assert got.victim_cooldown_s == pytest.approx(ref.victim_cooldown_s / 60)
+
+
+def test_utilisation_over_the_arrivals_counts_the_same_span_whoever_schedules() -> None:
+    a, b = ReplayJob("ja", "a", 8, 0.0, 10.0), ReplayJob("jb", "b", 8, 4.0, 10.0)
+    book = ledger(a, b)
+    (pa,) = book.submit(book.live["ja"], now=0.0)
+    book.observe("MODIFIED", pod(pa, "n1", "Running"), now=0.0)
+    book.sample(dt=2.0, now=2.0)  # nobody waits: utilisation while jobs wait has nothing to say
+    (pb,) = book.submit(book.live["jb"], now=4.0)
+    book.observe("MODIFIED", pod(pb, "n2", "Running"), now=4.0)
+    book.sample(dt=2.0, now=4.0)
+    book.sample(dt=2.0, now=6.0)  # after the last arrival: not counted
+    m = book.metrics(now=6.0)
+    assert m["gpu_utilization"] is None and m["gpu_utilization_arrivals"] == 75.0  # 8 then 16 of 16 GPUs
