@@ -26,14 +26,19 @@ def notices(res: object) -> set[str]:
     return {d.job for d in res.of(NotifyWillEvict) if isinstance(d, NotifyWillEvict)}  # type: ignore[attr-defined]
 
 
-def test_a_newcomer_evicts_the_movable_job_that_received_more_and_takes_its_gpus() -> None:
-    c, s = las_cluster()
+def runner_then_newcomer(s: Scheduler, movable: bool = True) -> object:
+    """A job on all 8 GPUs from t=0; another of the queue arrives an hour later: that cycle's result."""
     long = gang("long", "team", 1, 8)
-    long.movable = True
+    long.movable = movable
     s.submit(long)
     s.cycle(0)
     s.submit(gang("short", "team", 1, 8, submit=HOUR))
-    res = s.cycle(HOUR)  # 8 GPU-hours received: level 1 of (1 h, 10 h) -> below the newcomer's 0
+    return s.cycle(HOUR)
+
+
+def test_a_newcomer_evicts_the_movable_job_that_received_more_and_takes_its_gpus() -> None:
+    c, s = las_cluster()
+    res = runner_then_newcomer(s)  # 8 GPU-hours received: level 1 of (1 h, 10 h) -> below the newcomer's 0
     assert notices(res) == {"long"} and "las by short" in c.jobs["long"].reason
     res = s.cycle(HOUR + 31)
     assert [d.job for d in res.of(Evict)] == ["long"] and c.jobs["short"].phase is JobPhase.RUNNING  # type: ignore[attr-defined]
@@ -43,12 +48,7 @@ def test_a_newcomer_evicts_the_movable_job_that_received_more_and_takes_its_gpus
 def test_nothing_moves_without_the_queue_flag_or_for_a_job_that_is_not_movable() -> None:
     for on, movable in ((False, True), (True, False)):
         c, s = las_cluster(on)
-        long = gang("long", "team", 1, 8)
-        long.movable = movable
-        s.submit(long)
-        s.cycle(0)
-        s.submit(gang("short", "team", 1, 8, submit=HOUR))
-        assert not notices(s.cycle(HOUR)) and c.jobs["short"].phase is JobPhase.PENDING
+        assert not notices(runner_then_newcomer(s, movable)) and c.jobs["short"].phase is JobPhase.PENDING
 
 
 def test_jobs_of_one_level_never_evict_each_other() -> None:
@@ -86,12 +86,7 @@ def test_a_demoted_job_waits_behind_fresh_ones_until_the_promote_knob_counts_it_
 
 def test_the_service_received_outlives_an_evicted_run_of_the_same_name() -> None:
     _, s = las_cluster()
-    long = gang("long", "team", 1, 8)
-    long.movable = True
-    s.submit(long)
-    s.cycle(0)
-    s.submit(gang("short", "team", 1, 8, submit=HOUR))
-    s.cycle(HOUR)
+    runner_then_newcomer(s)
     s.cycle(HOUR + 31)
     s.remove("long")
     again = gang("long", "team", 1, 8)  # its operator makes new pods: the same job (PodGroup)
