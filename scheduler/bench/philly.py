@@ -24,6 +24,11 @@ def _month(jobs: list[philly.TraceJob], month: int) -> list[philly.TraceJob]:
     return [j for j in jobs if datetime.fromtimestamp(j.submit, UTC).month == month]
 
 
+def _f(value: object) -> str:
+    """A metric as printed: a slice where no job waited has no utilisation while jobs wait."""
+    return "-" if value is None else str(value)
+
+
 def las_verdict(las: dict[str, float], volcano: dict[str, float], fifo: dict[str, float] | None) -> str:
     """Least attained service's checks (issue 15): avg wait <= 0.7x the volcano preset's, p99 no worse, big
     jobs' p99 no worse than strict FIFO's."""
@@ -31,9 +36,9 @@ def las_verdict(las: dict[str, float], volcano: dict[str, float], fifo: dict[str
         ("avg", las["avg_wait_s"] <= 0.7 * volcano["avg_wait_s"]), ("p99", las["p99_wait_s"] <= volcano["p99_wait_s"]),
         ("big p99", fifo is None or (las["big_jobs_p99_wait_s"] or 0) <= (fifo["big_jobs_p99_wait_s"] or 0)))
         if not ok]
-    ratio = las["avg_wait_s"] / volcano["avg_wait_s"] if volcano["avg_wait_s"] else float("nan")
-    return (f"ferry+las {las['avg_wait_s']:>7} {las['p99_wait_s']:>8} {las['gpu_utilization']:>6} "
-            f"{las['jain_fairness']:>6} avg {ratio:.2f}x volcano, big p99 {las['big_jobs_p99_wait_s']}, "
+    ratio = f"{las['avg_wait_s'] / volcano['avg_wait_s']:.2f}x" if volcano["avg_wait_s"] else "n/a"
+    return (f"ferry+las {_f(las['avg_wait_s']):>7} {_f(las['p99_wait_s']):>8} {_f(las['gpu_utilization']):>6} "
+            f"{_f(las['jain_fairness']):>6} avg {ratio} volcano, big p99 {las['big_jobs_p99_wait_s']}, "
             f"{las['preemptions']} preemptions, {las['wasted_gpu_s']:.0f} GPU-s lost  "
             + ("ok" if not misses else "MISS " + ",".join(misses)))
 
@@ -47,17 +52,21 @@ def matrix(jobs: list[philly.TraceJob], vc: dict[str, int], policies: list[str],
     failures = las_failures = 0
     for label, part in slices.items():
         for nodes in MATRIX_NODES:
+            if not part:
+                lines.append(f"{label:>8} x{nodes:<4} no jobs in this slice")
+                print(lines[-1], flush=True)
+                continue
             cell = {}
             for policy in policies:
                 cell[policy] = philly.simulate(part, vc, policy, nodes=nodes).metrics
-            row = " | ".join(f"{p} {m['avg_wait_s']:>7} {m['p99_wait_s']:>8} {m['gpu_utilization']:>6} "
-                             f"{m['jain_fairness']:>6}" for p, m in cell.items())
+            row = " | ".join(f"{p} {_f(m['avg_wait_s']):>7} {_f(m['p99_wait_s']):>8} {_f(m['gpu_utilization']):>6} "
+                             f"{_f(m['jain_fairness']):>6}" for p, m in cell.items())
             verdict = ""
             if "ferry" in cell and "volcano" in cell:
                 f, v = cell["ferry"], cell["volcano"]
                 misses = [what for what, ok in (
                     ("avg", f["avg_wait_s"] <= v["avg_wait_s"]), ("p99", f["p99_wait_s"] <= v["p99_wait_s"]),
-                    ("util", f["gpu_utilization"] >= v["gpu_utilization"] - 0.5),
+                    ("util", (f["gpu_utilization"] or 0) >= (v["gpu_utilization"] or 0) - 0.5),
                     ("jain", f["jain_fairness"] >= 0.95)) if not ok]
                 verdict = "ok" if not misses else "MISS " + ",".join(misses)
                 failures += bool(misses)

@@ -39,7 +39,7 @@ def runner_then_newcomer(s: Scheduler, movable: bool = True) -> object:
 def test_a_newcomer_evicts_the_movable_job_that_received_more_and_takes_its_gpus() -> None:
     c, s = las_cluster()
     res = runner_then_newcomer(s)  # 8 GPU-hours received: level 1 of (1 h, 10 h) -> below the newcomer's 0
-    assert notices(res) == {"long"} and "las by short" in c.jobs["long"].reason
+    assert notices(res) == {"long"} and "least-attained-service by short" in c.jobs["long"].reason
     res = s.cycle(HOUR + 31)
     assert [d.job for d in res.of(Evict)] == ["long"] and c.jobs["short"].phase is JobPhase.RUNNING  # type: ignore[attr-defined]
     assert c.jobs["long"].attained_gpu_s == pytest.approx(8 * (HOUR + 31))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from scheduler.bench.philly import las_verdict
 from scheduler.sim import openb, philly
 from scheduler.sim.gorand import GoRand
 from scheduler.sim.traces import TRACES, Problems, TraceError
@@ -163,3 +164,13 @@ def test_simulate_cli_runs_the_services_configuration_file_and_refuses_a_bad_one
     bad = subprocess.run(base, capture_output=True, text=True)
     assert bad.returncode != 0
     assert "fairness-over-time" in bad.stderr and str(conf) in bad.stderr
+
+
+def test_the_las_line_of_a_matrix_cell_names_what_it_misses() -> None:
+    base = {"avg_wait_s": 100.0, "p99_wait_s": 1000.0, "gpu_utilization": 95.0, "jain_fairness": 1.0,
+            "big_jobs_p99_wait_s": 5000.0, "preemptions": 3, "wasted_gpu_s": 120.0}
+    assert las_verdict({**base, "avg_wait_s": 70.0}, base, base).endswith("avg 0.70x volcano, big p99 5000.0, "
+                                                                          "3 preemptions, 120 GPU-s lost  ok")
+    line = las_verdict({**base, "avg_wait_s": 71.0, "big_jobs_p99_wait_s": 5001.0}, base, base)
+    assert line.endswith("MISS avg,big p99")
+    assert "avg n/a volcano" in las_verdict(base, {**base, "avg_wait_s": 0.0}, None)

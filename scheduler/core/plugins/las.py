@@ -5,8 +5,9 @@ In a queue with ``least_attained_service`` a job's level is set by the GPU-secon
 time run, over all its runs): level 0 below the first of ``las_thresholds_gpu_s``, one level further down
 past each threshold. Lower levels come first in the queue's order (the oldest first within a level), and a
 waiting job may evict, with the queue's notice and grace, a running **movable** job of its own queue at a
-lower level — one that has received more (rule ``las``). Levels are coarse so that jobs are not thrashed:
-jobs of one level never evict each other, and the usual protection (a minimum run, a cooldown) holds.
+lower level — one that has received more (rule ``least-attained-service``). Levels are coarse so that
+jobs are not thrashed: jobs of one level never evict each other, and the usual protection (a minimum run,
+a cooldown) holds.
 
 Starvation (Tiresias' promote knob): a job that has waited since its last run ``las_promote_knob`` times as
 long as it ran is counted afresh, at level 0. Other queues are not touched: across queues guarantees and
@@ -30,7 +31,7 @@ class LeastAttainedService(Plugin):
         self._due: list[tuple[float, str]] = []  # (when, job): demoted waiting jobs' promotions, stale ones skipped
         fw.session_open.append((self.name, self.promote))
         fw.job_order.append((self.name, self.job_order))
-        fw.victim_rule.append((self.name, self.yields))
+        fw.victim_rule.append(("least-attained-service", self.yields))  # the rule names itself in notices
         fw.victim_order.append((self.name, self.victim_order))
         fw.victim_queues.append((self.name, self.queues))
 
