@@ -5,11 +5,12 @@ run the same code against real API servers)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 from scheduler.core.decisions import Bind
 from scheduler.core.lifecycle import NoHooks
-from scheduler.core.model import ReplicaPhase
+from scheduler.core.model import ReplicaPhase, Tier
 from scheduler.core.scheduler import Scheduler, SchedulerConfig
 from scheduler.service.mirror import Mirror
 from scheduler.service.snapshot import Snapshot, build
@@ -198,3 +199,29 @@ def test_a_parent_link_made_or_changed_later_recounts_the_departments_allocation
     sched, snap = w.mirror.sync(3.0, {})
     assert sched.cluster.queues["dept"].allocated_gpu == 0
     check_same(sched, snap, w)
+
+
+def test_a_queue_that_turns_least_attained_service_on_refiles_its_waiting_jobs() -> None:
+    w = World()
+    w.mirror = Mirror(dataclasses.replace(CONFIG, plugins=(*CONFIG.plugins, "las")), lambda: w.pods,
+                      lambda: w.nodes, lambda: w.groups, lambda: w.queues)
+    w.put_node(node("n1", 8))
+    w.put_queue(queue("q", 8, "a"))
+    w.put_pod(pod("busy", gpus=8))
+    w.cycle(1.0)
+    w.put_pod(pod("served", gpus=8))  # first by name (same age), but had 20 GPU-hours (an earlier, evicted run)
+    w.put_pod(pod("unserved", gpus=8))
+    sched, _ = w.mirror.sync(2.0, {})
+    sched.cluster.jobs["a/pod/served"].attained_gpu_s = 20 * 3600.0
+
+    def first() -> str | None:
+        head = sched.head(int(Tier.GUARANTEED), "q", set(), set())
+        return head[1] if head else None
+
+    sched.index(sched.cluster.jobs["a/pod/served"])
+    assert first() == "a/pod/served"  # flag off: age, then name decide
+    on = queue("q", 8, "a")
+    on["spec"]["preemption"] = {"leastAttainedService": True}
+    w.put_queue(on)
+    sched, _ = w.mirror.sync(3.0, {})
+    assert sched.cluster.queues["q"].least_attained_service and first() == "a/pod/unserved"
