@@ -247,6 +247,11 @@ class Job:
     def gpu_allocated(self) -> int:
         return self.allocated
 
+    @property
+    def may_move(self) -> bool:
+        """It can checkpoint and start again elsewhere: it said so, or it is elastic."""
+        return self.movable or self.tier is Tier.ELASTIC
+
     def attained(self, now: float) -> float:
         """GPU-seconds received so far: earlier runs and the current one."""
         if self.start_time is None or not self.phase.holds_resources:

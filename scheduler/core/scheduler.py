@@ -103,6 +103,14 @@ DELETED = "deleted"
 OUTCOMES = 100_000  # ended jobs whose outcome the scheduler remembers for dependencies
 
 
+def _remember(table: dict[str, Any], key: str, value: Any) -> None:
+    """Record ``value`` as the newest entry, the oldest dropped beyond OUTCOMES."""
+    table.pop(key, None)
+    table[key] = value
+    if len(table) > OUTCOMES:
+        del table[next(iter(table))]
+
+
 def _nowhere(name: str) -> JobPhase | None:
     return None
 
@@ -383,10 +391,7 @@ class Scheduler:
         job.phase, job.reason = phase, reason
         if phase in (JobPhase.SUCCEEDED, JobPhase.FAILED) and reason != DELETED:  # deleted: nobody knows
             self._served.pop(job.name, None)
-            self.outcomes.pop(job.name, None)
-            self.outcomes[job.name] = phase
-            if len(self.outcomes) > OUTCOMES:
-                del self.outcomes[next(iter(self.outcomes))]
+            _remember(self.outcomes, job.name, phase)
         self._uncount(job.name)
         self.unindex(job.name)
         self.elastic.pop(job.name, None)
@@ -436,9 +441,7 @@ class Scheduler:
     def _evict(self, job: Job, reason: str, result: CycleResult) -> None:
         ran = tuple((r.task, r.index, r.node or "") for r in job.replicas if r.phase is ReplicaPhase.BOUND)
         job.attained_gpu_s, job.stopped_at = job.attained(self.cluster.now), self.cluster.now
-        self._served[job.name] = (job.attained_gpu_s, self.cluster.now)  # for its next run (the las plugin)
-        if len(self._served) > OUTCOMES:
-            del self._served[next(iter(self._served))]
+        _remember(self._served, job.name, (job.attained_gpu_s, self.cluster.now))  # for its next run (las)
         for r in job.replicas:
             if r.phase in (ReplicaPhase.BOUND, ReplicaPhase.PENDING):
                 self.placer.release(job, r, ReplicaPhase.EVICTED)

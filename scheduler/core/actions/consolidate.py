@@ -39,7 +39,7 @@ class Consolidate(Action):
             budget -= moved
 
     def _movable(self, job: Job, now: float) -> bool:
-        return (job.phase is JobPhase.RUNNING and (job.movable or job.tier is Tier.ELASTIC)
+        return (job.phase is JobPhase.RUNNING and job.may_move
                 and (job.moved_at is None or now - job.moved_at >= self.sched.config.consolidation_cooldown_s))
 
     def _try(self, job: Job, movable: list[Job], budget: int, ssn: Session) -> int:

@@ -21,7 +21,7 @@ import heapq
 from collections.abc import Iterator
 
 from scheduler.core.framework import Framework, Plugin, Session
-from scheduler.core.model import Job, JobPhase, Tier
+from scheduler.core.model import Job, JobPhase
 
 
 class LeastAttainedService(Plugin):
@@ -69,8 +69,7 @@ class LeastAttainedService(Plugin):
             self.sched.index(job)  # its order key changed
 
     def yields(self, preemptor: Job, victim: Job, ssn: Session) -> bool:
-        movable = victim.movable or victim.tier is Tier.ELASTIC
-        return (movable and victim.queue == preemptor.queue and self._on(preemptor)
+        return (victim.may_move and victim.queue == preemptor.queue and self._on(preemptor)
                 and victim.tier <= preemptor.tier
                 and self.level(victim.attained(ssn.now)) > self.level(preemptor.attained_gpu_s))
 
