@@ -27,6 +27,8 @@ Extension points and how several plugins' answers combine:
                           and cheapest)
 ``victim_queues``         (queue, highest tier) that may hold victims for a preemptor (a cheap
                           prefilter, so a search looks at few running jobs): union, highest tier
+``hold_yields``           whether nodes held for one waiting job (by ``reserve``) may take another
+                          waiting job all the same: any plugin grants
 ``session_open``          per-cycle preparation (e.g. deserved shares)
 ``node_order``            how good a node state is for a request (keys compared highest first,
                           concatenated in plugin order; none registered: tightest fit); the
@@ -61,6 +63,7 @@ VictimFilterFn = Callable[[Job, "Session"], bool]
 VictimRuleFn = Callable[[Job, Job, "Session"], bool]
 VictimOrderFn = Callable[[Job, Job, "Session"], tuple[float, ...]]  # (preemptor, victim) -> key part
 VictimQueuesFn = Callable[[Job, "Session"], Iterable[tuple[str, int]]]  # (queue, highest victim tier)
+HoldYieldsFn = Callable[[Job, Job, "Session"], bool]  # (waiting job, holder)
 SessionFn = Callable[["Session"], None]
 NodeOrderFn = Callable[[Request, Sequence[Option]], list[tuple[float, ...]]]  # one key per option
 
@@ -107,6 +110,7 @@ class Framework:
         self.victim_rule: list[tuple[str, VictimRuleFn]] = []
         self.victim_order: list[tuple[str, VictimOrderFn]] = []
         self.victim_queues: list[tuple[str, VictimQueuesFn]] = []
+        self.hold_yields: list[tuple[str, HoldYieldsFn]] = []
         self.session_open: list[tuple[str, SessionFn]] = []
         self.node_order: list[tuple[str, NodeOrderFn]] = []
         self.device_order: list[tuple[str, NodeOrderFn]] = []
@@ -192,6 +196,10 @@ class Framework:
             for queue, tier in fn(preemptor, ssn):
                 out[queue] = max(tier, out.get(queue, tier))
         return out
+
+    def yields_hold(self, job: Job, holder: Job, ssn: Session) -> bool:
+        """Whether the nodes held for ``holder`` may take ``job`` all the same."""
+        return any(fn(job, holder, ssn) for _, fn in self.hold_yields)
 
     @property
     def preempts(self) -> bool:

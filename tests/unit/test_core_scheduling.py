@@ -228,6 +228,36 @@ def test_starving_big_gang_gets_a_reservation_while_backfill_continues() -> None
     assert c.jobs["late-small"].phase is JobPhase.PENDING or c.jobs["late-small"].replicas[0].node not in held
 
 
+@pytest.mark.parametrize(("newcomer_queue", "takes_the_held_node"), [("g", True), ("c", False)])
+def test_a_hold_for_a_borrower_yields_to_a_job_that_could_reclaim_it(newcomer_queue: str,
+                                                                      takes_the_held_node: bool) -> None:
+    # b borrows and its big gang holds two nodes; a job of g, within g's guarantee, may use a drained held
+    # node once it has waited g's reclaim delay (it could take the capacity back from big anyway); a job
+    # of c, which has no guarantee, keeps off
+    c = cluster([node(f"n{i}", 8) for i in range(1, 5)], [queue("b", 8), queue("g", 24, delay=50.0), queue("c")])
+    s = scheduler(c, reservation_after_s=100.0)
+    for name, q in (("b1", "b"), ("b2", "b"), ("g-run", "g")):
+        s.submit(gang(name, q, 1, 8, submit=0))
+    s.cycle(0)
+    s.submit(gang("big", "b", 2, 8, submit=1))
+    s.submit(gang("b-fill", "b", 1, 8, submit=2))
+    s.cycle(2)
+    assert c.jobs["big"].bypassed and c.jobs["b-fill"].phase is JobPhase.RUNNING
+    s.cycle(200)
+    held = set(c.jobs["big"].reserved_nodes)
+    on_held = [j for j in ("b1", "b2", "b-fill") if c.jobs[j].replicas[0].node in held]
+    assert len(held) == 2 and on_held
+    s.finish(on_held[0])  # one held node drains; big still needs two
+    s.submit(gang("new", newcomer_queue, 1, 8, submit=201))
+    s.cycle(202)
+    assert c.jobs["new"].phase is JobPhase.PENDING  # within its delay: the hold stands
+    s.cycle(260)
+    assert (c.jobs["new"].phase is JobPhase.RUNNING) is takes_the_held_node
+    if takes_the_held_node:
+        assert c.jobs["new"].replicas[0].node in held
+    assert c.jobs["big"].phase is JobPhase.PENDING
+
+
 def test_a_starving_gang_whose_hold_never_drains_evicts_only_the_borrowers_that_overtook_it() -> None:
     # b's guarantee is b-old; it borrows less than a, so its later jobs start first and pass the big gang
     c = cluster([node(f"n{i}", 8) for i in range(1, 5)], [queue("a", 8), queue("b", 4)])

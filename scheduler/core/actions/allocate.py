@@ -25,10 +25,13 @@ class Allocate(Action):
         if not pending:
             return
         blocked_all = frozenset(sched.reserved_nodes())
-        unfit_shapes: set[ShapeKey] = set()  # with the shared reservations excluded, nothing of this shape fits
-        queue_skip: dict[str, set[ShapeKey]] = defaultdict(set)
+        holders = [sched.cluster.jobs[j] for j in sched.reserved] if fw.hold_yields else []
+        if holders:
+            ssn.refresh_claims()  # what hold_yields compares against: the preemptors' and victims' capacity
+        unfit: dict[frozenset[str], set[ShapeKey]] = defaultdict(set)  # with these nodes excluded, nothing
+        skip: dict[str, set[ShapeKey]] = defaultdict(set)  # of the shape fits; shapes a queue passes over
         tried: set[str] = set()
-        unfit: list[Job] = []  # failed this cycle: a smaller job starting after them bypasses them
+        unfit_jobs: list[Job] = []  # failed this cycle: a smaller job starting after them bypasses them
         heap = [(fw.queue_key(queues[q], tier), q) for q in pending]
         heapq.heapify(heap)
         while heap:
@@ -37,7 +40,7 @@ class Allocate(Action):
             if key != fw.queue_key(queue, tier):
                 heapq.heappush(heap, (fw.queue_key(queue, tier), qname))
                 continue
-            head = sched.head(tier, qname, unfit_shapes | queue_skip[qname], tried)
+            head = sched.head(tier, qname, skip[qname], tried)
             if head is None:
                 continue
             _, name, shape = head
@@ -48,23 +51,28 @@ class Allocate(Action):
                 job.reason = ssn.result.pending_reasons[name] = gate
                 heapq.heappush(heap, (fw.queue_key(queue, tier), qname))
                 continue
+            own = name in sched.reserved
+            privileged = job.phase is JobPhase.PRIVILEGED
+            # A preemptor competes for its victims' capacity with other preemptors, as its victim
+            # search assumed; everyone else keeps off every hold that does not yield to it.
+            excluded = (sched.reserved_nodes(except_job=name, starving_only=privileged) if own
+                        else self._held_from(job, holders, blocked_all, ssn))
+            if not own and shape in unfit[excluded]:
+                skip[qname].add(shape)
+                heapq.heappush(heap, (fw.queue_key(queue, tier), qname))
+                continue
             ssn.result.attempts += 1
             why = fw.blocked(queue, job)
             placed: list[Placement] | None = None
             if why is None:
-                own = name in sched.reserved
-                privileged = job.phase is JobPhase.PRIVILEGED
-                # A preemptor competes for its victims' capacity with other preemptors, as its victim
-                # search assumed; everyone else keeps off every hold.
-                excluded = (sched.reserved_nodes(except_job=name, starving_only=privileged) if own
-                            else blocked_all)
                 placed = self._place(job, excluded)
                 if placed is None:
                     why = self._why_unfit(job, bool(excluded), ssn)
                     if own:
                         tried.add(name)
                     else:
-                        unfit_shapes.add(shape)
+                        unfit[excluded].add(shape)
+                        skip[qname].add(shape)
                     if privileged and not sched.victims.get(name):
                         # its victims are gone and it still does not fit: search again next cycle
                         job.phase = JobPhase.PENDING
@@ -74,21 +82,29 @@ class Allocate(Action):
                         why = (f"preempting: waiting for {len(victims)} job(s) to leave at the end of their "
                                f"grace period ({', '.join(victims[:3])}{', ...' if len(victims) > 3 else ''})")
             else:
-                queue_skip[qname].add(shape)
+                skip[qname].add(shape)
             if placed is not None:
                 sched.started(job, placed, ssn.now, ssn.result)
                 demand = job.min_gpu()
-                for f in unfit:
+                for f in unfit_jobs:
                     if f.min_gpu() > demand:
                         f.bypassed = True
             else:
-                if len(unfit) < 64 and why is not None and not why.startswith("queue"):
-                    unfit.append(job)
+                if len(unfit_jobs) < 64 and why is not None and not why.startswith("queue"):
+                    unfit_jobs.append(job)
                 job.reason = why or ""
                 ssn.result.pending_reasons[name] = job.reason
                 if not sched.config.backfill:
                     return  # strict FIFO: nothing may pass the first job that does not fit
             heapq.heappush(heap, (fw.queue_key(queue, tier), qname))
+
+    def _held_from(self, job: Job, holders: list[Job], blocked_all: frozenset[str], ssn: Session) -> frozenset[str]:
+        """The held nodes ``job`` must keep off: those of every holder whose hold does not yield to it."""
+        fw, reserved = self.sched.framework, self.sched.reserved
+        yielded = {h.name for h in holders if fw.yields_hold(job, h, ssn)}
+        if not yielded:
+            return blocked_all
+        return frozenset(n for holder, nodes in reserved.items() if holder not in yielded for n in nodes)
 
     def _place(self, job: Job, excluded: frozenset[str]) -> list[Placement] | None:
         """The gang's minimum all-or-nothing, then any replicas beyond it one by one, as room allows."""

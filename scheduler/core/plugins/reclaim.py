@@ -2,6 +2,7 @@
 up to its guarantee (rule ``reclaim``); beyond it, borrowers share idle capacity by weight, so a
 borrower may take from one that, even after losing the victim, borrows more per weight (``fair-share``;
 the inequality cannot hold both ways, so this never loops). Only for queues with the reclaim right.
+Nodes held for a waiting job of a borrowing queue (``reserve``) do not keep such a job off them either.
 In a queue tree both rules compare the queues where their lineages part (two departments, or two teams of
 one department), and a victim must run on borrowed capacity at every level from there down to its queue."""
 
@@ -67,12 +68,21 @@ class Reclaim(Plugin):
         fw.victim_rule.append(("reclaim", self.within_guarantee))
         fw.victim_rule.append(("fair-share", self.fair_share))
         fw.victim_queues.append((self.name, self.queues))
+        fw.hold_yields.append((self.name, self.could_reclaim))
 
     def within_guarantee(self, preemptor: Job, victim: Job, ssn: Session) -> bool:
         if not lends(preemptor, victim, ssn):
             return False
         mine = competing(preemptor.queue, victim.queue, ssn)[0][0]
         return mine.allocated_gpu + claim(preemptor, ssn, mine) <= mine.guaranteed_gpu
+
+    def could_reclaim(self, job: Job, holder: Job, ssn: Session) -> bool:
+        """A hold keeps no capacity from a job that could take it back from the holder once the holder
+        ran: the job has waited its queue's delay before reclaiming, and the holder's queue would borrow
+        what the job's is guaranteed. Keeping such a job off the held nodes would only turn idle
+        capacity into an eviction later."""
+        delay = self.sched.cluster.queues[job.queue].preemptor_delay_s
+        return ssn.now - job.submit_time >= delay and self.within_guarantee(job, holder, ssn)
 
     def fair_share(self, preemptor: Job, victim: Job, ssn: Session) -> bool:
         if not lends(preemptor, victim, ssn):
