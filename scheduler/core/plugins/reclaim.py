@@ -2,7 +2,8 @@
 up to its guarantee (rule ``reclaim``); beyond it, borrowers share idle capacity by weight, so a
 borrower may take from one that, even after losing the victim, borrows more per weight (``fair-share``;
 the inequality cannot hold both ways, so this never loops). Only for queues with the reclaim right.
-Nodes held for a waiting job of a borrowing queue (``reserve``) do not keep such a job off them either.
+A job that could take capacity back from a waiting job's queue under ``reclaim`` is not kept off the
+nodes held for that job (``reserve``) either, once it has waited its queue's reclaim delay.
 In a queue tree both rules compare the queues where their lineages part (two departments, or two teams of
 one department), and a victim must run on borrowed capacity at every level from there down to its queue."""
 
@@ -77,10 +78,10 @@ class Reclaim(Plugin):
         return mine.allocated_gpu + claim(preemptor, ssn, mine) <= mine.guaranteed_gpu
 
     def could_reclaim(self, job: Job, holder: Job, ssn: Session) -> bool:
-        """A hold keeps no capacity from a job that could take it back from the holder once the holder
-        ran: the job has waited its queue's delay before reclaiming, and the holder's queue would borrow
-        what the job's is guaranteed. Keeping such a job off the held nodes would only turn idle
-        capacity into an eviction later."""
+        """A hold keeps no capacity from a job that could take it back once the holder ran: the job has
+        waited its queue's delay before reclaiming, and the rule ``reclaim`` would grant it the holder
+        (its queue within its guarantee, the holder's borrowing wherever the two compete). Kept off the
+        held nodes, such a job would only turn idle capacity into an eviction later."""
         delay = self.sched.cluster.queues[job.queue].preemptor_delay_s
         return ssn.now - job.submit_time >= delay and self.within_guarantee(job, holder, ssn)
 
