@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any
 
 import structlog
@@ -34,6 +35,7 @@ from vnode.translate import needs_of
 Obj = dict[str, Any]
 log = structlog.get_logger("ferry.vnode")
 RESYNC_S = 120.0
+EVENT_TARGET_WAIT_S = 30.0  # how long a compute Event waits for the pod or group it is about to be cached
 
 
 async def _served(rest: Rest, group_version: str) -> bool:
@@ -108,24 +110,36 @@ class Vnode:
         if kind == "SYNC" and self.caches.compute_events.seen_before(ev):
             return  # a relist after an outage: watched (and queued) before it, not thousands of replays
         # SYNC: read again after a start (or changed during an outage): mirrored before unless missing upstream
-        self.backlog.put(key, ev, replayed=kind == "SYNC")
-        self.events.add(key)
+        self.events.add(self.backlog.put(key, ev, replayed=kind == "SYNC", since=time.monotonic()))
 
-    async def mirror_event(self, key: str) -> None:
-        """A compute-side Event about an owned pod appears on the tenant pod."""
+    async def mirror_events(self, obj: str) -> None:
+        """The compute-side Events about one owned pod or group appear on its tenant object, in their
+        compute order. An Event can arrive before the pod it is about reaches the cache: it waits for
+        it (up to ``EVENT_TARGET_WAIT_S``) instead of being lost."""
         if not self.caches.synced():  # its pod may not be cached yet: dropping it would lose it
-            self.events.add_after(key, 0.5)
+            self.events.add_after(obj, 0.5)
             return
-        waiting = self.backlog.take(key)
-        if waiting is None:
+        waiting = self.backlog.take(obj)
+        if not waiting:
             return
-        ev, replayed = waiting
-        target = self._event_target(ev.get("involvedObject") or {})
-        if target is None:
-            return
-        await self.recorder.mirror(target, ev.get("type", "Normal"), ev.get("reason", ""), ev.get("message", ""),
-                                   key=ev["metadata"]["uid"], count=int(ev.get("count") or 1),
-                                   only_if_absent=replayed)
+        targets: dict[str, Obj | None] = {}  # per incarnation: compute names repeat
+        for n, (key, ev, replayed, since) in enumerate(waiting):
+            inv = ev.get("involvedObject") or {}
+            uid = str(inv.get("uid") or "")
+            if uid not in targets:
+                targets[uid] = self._event_target(inv)
+            target = targets[uid]
+            if target is None:
+                if time.monotonic() - since < EVENT_TARGET_WAIT_S:
+                    self.backlog.put(key, ev, replayed, since)
+                    self.events.add_after(obj, 0.5)
+                continue
+            try:
+                await self.recorder.mirror(target, ev, only_if_absent=replayed)
+            except BaseException:  # cancelled: what is not mirrored yet waits for the next start's relist
+                for rest in waiting[n:]:
+                    self.backlog.put(*rest)
+                raise
 
     def _event_target(self, inv: Obj) -> Obj | None:
         """The tenant object a compute Event is about: the tenant pod of a compute pod, or the tenant
@@ -213,7 +227,7 @@ class Vnode:
             tg.create_task(self.node.run())
             tg.create_task(self.pods.queue.run(self.pods.reconcile, self.cfg.workers))
             tg.create_task(self.binder.queue.run(self.binder.reconcile, self.cfg.workers))
-            tg.create_task(self.events.run(self.mirror_event, 2))
+            tg.create_task(self.events.run(self.mirror_events, 2))
             tg.create_task(self.groups.run(self.reflect_group, 2))
             tg.create_task(self.maintain())
             tg.create_task(give_back_periodically(metrics.MEMORY_GIVEN_BACK.inc))

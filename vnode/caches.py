@@ -24,7 +24,8 @@ def slim_event(ev: Obj) -> Obj:
     """Only what mirroring an Event upstream reads (compute namespaces can hold many Events)."""
     meta = ev.get("metadata", {})
     return {"metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta},
-            **{k: ev[k] for k in ("involvedObject", "reason", "message", "type", "count") if k in ev}}
+            **{k: ev[k] for k in ("involvedObject", "reason", "message", "type", "count", "firstTimestamp",
+                                    "lastTimestamp", "eventTime") if k in ev}}
 
 
 class Caches:

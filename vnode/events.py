@@ -32,12 +32,19 @@ class Recorder:
         if not await self._create(url, body, reason):
             await self._update(f"{url}/{name}", body, reason, count=None)
 
-    async def mirror(self, obj: Obj, etype: str, reason: str, message: str, key: str, count: int,
-                     only_if_absent: bool) -> None:
-        """Mirror a compute-side Event (identified by ``key``) onto ``obj`` with the compute count, so
-        replaying it is idempotent. ``only_if_absent``: a restarted vnode re-reading the compute events
-        must not rewrite every one it mirrored before (three requests each, during its busiest seconds)."""
-        name, body = self._event(obj, etype, reason, message, key, count)
+    async def mirror(self, obj: Obj, ev: Obj, only_if_absent: bool) -> None:
+        """Mirror compute-side Event ``ev`` onto ``obj`` with the compute count and times, so replaying it
+        is idempotent and the tenant's latest Event is the compute side's latest. ``only_if_absent``: a
+        restarted vnode re-reading the compute events must not rewrite every one it mirrored before
+        (three requests each, during its busiest seconds)."""
+        reason = ev.get("reason", "")
+        name, body = self._event(obj, ev.get("type", "Normal"), reason, ev.get("message", ""), ev["metadata"]["uid"],
+                                 int(ev.get("count") or 1))
+        last = _seconds(ev.get("lastTimestamp") or ev.get("eventTime"))
+        if last:
+            body["lastTimestamp"] = last
+            body["firstTimestamp"] = _seconds(ev.get("firstTimestamp")) or last
+        count = body["count"]
         url = path("", "v1", "events", body["metadata"]["namespace"])
         if not await self._create(url, body, reason) and not only_if_absent:
             await self._update(f"{url}/{name}", body, reason, count=count)
@@ -85,30 +92,65 @@ class Recorder:
             return False
 
 
+def involved_key(ev: Obj) -> str:
+    """The compute object an Event is about, as the events queue's key: one object's Events are
+    mirrored by one worker at a time, in their compute order."""
+    inv = ev.get("involvedObject") or {}
+    return f"{inv.get('kind', '')}/{inv.get('namespace') or ev['metadata'].get('namespace', '')}/{inv.get('name', '')}"
+
+
+def compute_order(ev: Obj) -> tuple[str, int]:
+    """When the compute side last said it, then its write order (one etcd: resourceVersions of one
+    namespace's Events grow), so the tenant's latest Event is the compute side's latest."""
+    return (ev.get("lastTimestamp") or ev.get("eventTime") or "", int(ev["metadata"].get("resourceVersion") or 0))
+
+
+def _seconds(stamp: str | None) -> str:
+    """An API time (a MicroTime too) as an Event's ``lastTimestamp`` takes it: whole seconds, UTC."""
+    return f"{stamp[:19]}Z" if stamp and len(stamp) >= 19 else ""
+
+
 class Backlog:
-    """Compute Events waiting to be mirrored, bounded. The compute apiserver keeps Events for its
-    ``--event-ttl`` (an hour by default), so caching them all grows the vnode with every pod it ever
-    ran; each is needed only until it is mirrored. Past ``limit`` the oldest waiting one is dropped and
-    counted (a burst of events must not grow the vnode without bound either)."""
+    """Compute Events waiting to be mirrored, bounded, grouped by the object they are about. The
+    compute apiserver keeps Events for its ``--event-ttl`` (an hour by default), so caching them all
+    grows the vnode with every pod it ever ran; each is needed only until it is mirrored. Past ``limit``
+    the oldest waiting one is dropped and counted (a burst of events must not grow the vnode without
+    bound either)."""
 
     def __init__(self, limit: int = 5000) -> None:
         self.limit = limit
-        self._waiting: dict[str, tuple[Obj, bool]] = {}
+        self._waiting: dict[str, tuple[str, Obj, bool, float]] = {}  # event key -> (object key, event, replayed, since)
+        self._of: dict[str, set[str]] = {}  # object key -> its waiting event keys
 
     def __len__(self) -> int:
         return len(self._waiting)
 
-    def put(self, key: str, event: Obj, replayed: bool) -> None:
-        """``replayed``: read by a (re)list, so possibly mirrored by an earlier run; a watched change
-        overrides that."""
-        self._waiting.pop(key, None)  # the newest version goes to the back
-        self._waiting[key] = (event, replayed)
+    def put(self, key: str, event: Obj, replayed: bool, since: float) -> str:
+        """Keep ``event`` (``key``: its namespace/name) until its object's turn; returns the object's key.
+        ``replayed``: read by a (re)list, so possibly mirrored by an earlier run; a watched change
+        overrides that. ``since``: when it first waited (a put back keeps its first time)."""
+        old = self._waiting.get(key)
+        self.discard(key)  # the newest version goes to the back
+        obj = involved_key(event)
+        self._waiting[key] = (obj, event, replayed, old[3] if old else since)
+        self._of.setdefault(obj, set()).add(key)
         while len(self._waiting) > self.limit:
-            del self._waiting[next(iter(self._waiting))]
+            self.discard(next(iter(self._waiting)))
             metrics.EVENT_BACKLOG_DROPPED.inc()
+        return obj
 
     def discard(self, key: str) -> None:
-        self._waiting.pop(key, None)
+        found = self._waiting.pop(key, None)
+        if found is not None:
+            keys = self._of[found[0]]
+            keys.discard(key)
+            if not keys:
+                del self._of[found[0]]
 
-    def take(self, key: str) -> tuple[Obj, bool] | None:
-        return self._waiting.pop(key, None)
+    def take(self, obj: str) -> list[tuple[str, Obj, bool, float]]:
+        """Every Event waiting for object ``obj``, oldest first in compute order: (key, event, replayed, since)."""
+        out = []
+        for key in self._of.pop(obj, set()):
+            _, ev, replayed, since = self._waiting.pop(key)
+            out.append((key, ev, replayed, since))
+        return sorted(out, key=lambda w: compute_order(w[1]))

@@ -43,8 +43,22 @@ async def compute_pod_of(compute: client.ApiClient, tenant: str, uid: str) -> An
 async def running_pair(core: client.CoreV1Api, compute: client.ApiClient, ns: str, name: str) -> tuple[str, Any]:
     """A plain tenant pod, once Running upstream: its UID and its compute-side copy."""
     uid = (await core.create_namespaced_pod(ns, tenant_pod(name, automountServiceAccountToken=False))).metadata.uid
-    await eventually(lambda: _with_phase(core, ns, name, "Running"), what=f"{name} Running")
+    try:
+        await eventually(lambda: _with_phase(core, ns, name, "Running"), what=f"{name} Running")
+    except AssertionError as exc:  # say where it stuck: upstream, its copy, or the compute scheduler
+        raise AssertionError(f"{exc}; {await _whereabouts(core, compute, ns, name, uid)}") from None
     return uid, await compute_pod_of(compute, "tenant-1", uid)
+
+
+async def _whereabouts(core: client.CoreV1Api, compute: client.ApiClient, ns: str, name: str, uid: str) -> str:
+    pod = await core.read_namespaced_pod(name, ns)
+    cpod = await compute_pod_of(compute, "tenant-1", uid)
+    said = [] if cpod is None else [f"{e.reason}: {e.message}" for e in (
+        await client.CoreV1Api(compute).list_namespaced_event(
+            "tenant-1", field_selector=f"involvedObject.name={cpod.metadata.name}")).items]
+    return (f"tenant pod on {pod.spec.node_name!r}, {pod.status.phase}, conditions "
+            f"{[(c.type, c.status, c.reason) for c in pod.status.conditions or []]}; compute copy "
+            + ("none" if cpod is None else f"on {cpod.spec.node_name!r}, {cpod.status.phase}, events {said}"))
 
 
 async def test_pod_with_configmap_secret_and_token_runs_and_succeeds(
@@ -222,6 +236,34 @@ async def test_a_copy_the_compute_api_rejects_fails_the_pod_with_the_apis_reason
 async def _events(core: client.CoreV1Api, ns: str, pod: str, reason: str) -> list[Any]:
     evs = await core.list_namespaced_event(ns, field_selector=f"involvedObject.name={pod}")
     return [e for e in evs.items if e.reason == reason]
+
+
+async def test_compute_events_reach_the_tenant_pod_in_compute_order_even_before_its_copy_exists(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """An Event can be watched before the pod it is about: it waits for the pod instead of being lost.
+    The tenant copies keep the compute times, so the newest upstream is the newest the scheduler said
+    (what `why-pending` reads), whatever order the two arrived in."""
+    core = client.CoreV1Api(tenant_api)
+    target = naming.compute_name("tenant-1", tenant_ns, "early")
+
+    def said(text: str, at: str) -> dict[str, Any]:
+        return {"metadata": {"generateName": f"{target}.", "namespace": "tenant-1"},
+                "involvedObject": {"kind": "Pod", "apiVersion": "v1", "namespace": "tenant-1", "name": target},
+                "type": "Warning", "reason": "FailedScheduling", "message": text, "source": {"component": "test"},
+                "firstTimestamp": at, "lastTimestamp": at, "count": 1}
+
+    compute_core = client.CoreV1Api(compute_api)
+    await compute_core.create_namespaced_event("tenant-1", said("said second", "2026-01-01T00:00:02Z"))
+    await compute_core.create_namespaced_event("tenant-1", said("said first", "2026-01-01T00:00:01Z"))
+    await core.create_namespaced_pod(tenant_ns, tenant_pod("early", automountServiceAccountToken=False))
+
+    async def both() -> list[Any] | None:
+        evs = [e for e in await _events(core, tenant_ns, "early", "FailedScheduling") if e.message.startswith("said")]
+        return evs if len(evs) == 2 else None
+
+    evs = await eventually(both, timeout=30, what="both compute Events on the tenant pod")
+    times = {e.message: e.last_timestamp.strftime("%Y-%m-%dT%H:%M:%SZ") for e in evs}
+    assert times == {"said first": "2026-01-01T00:00:01Z", "said second": "2026-01-01T00:00:02Z"}
 
 
 async def test_preempted_compute_pod_fails_upstream_and_is_not_recreated(

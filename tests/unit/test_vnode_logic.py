@@ -304,19 +304,38 @@ def test_the_event_backlog_keeps_the_newest_version_and_drops_the_oldest_past_it
     from vnode import metrics
     from vnode.events import Backlog
 
-    def ev(name: str, count: int) -> dict[str, Any]:
-        return {"metadata": {"name": name, "namespace": "ns"}, "count": count}
+    def ev(name: str, count: int, pod: str = "p") -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": str(count)}, "count": count,
+                "involvedObject": {"kind": "Pod", "namespace": "ns", "name": pod}}
 
     backlog = Backlog(limit=2)
     dropped = metrics.EVENT_BACKLOG_DROPPED._value.get()
-    backlog.put("ns/a", ev("a", 1), replayed=True)
-    backlog.put("ns/b", ev("b", 1), replayed=True)
-    backlog.put("ns/a", ev("a", 2), replayed=False)  # a watched change: newest, not a replay, now youngest
-    backlog.put("ns/c", ev("c", 1), replayed=False)  # over the bound: the oldest waiting (b) goes
+    assert backlog.put("ns/a", ev("a", 1), replayed=True, since=0) == "Pod/ns/p"
+    backlog.put("ns/b", ev("b", 1, pod="q"), replayed=True, since=0)
+    backlog.put("ns/a", ev("a", 2), replayed=False, since=5)  # a watched change: newest, not a replay, now youngest
+    backlog.put("ns/c", ev("c", 1), replayed=False, since=6)  # over the bound: the oldest waiting (b) goes
     assert len(backlog) == 2
     assert metrics.EVENT_BACKLOG_DROPPED._value.get() == dropped + 1
-    assert backlog.take("ns/b") is None
-    assert backlog.take("ns/a") == (ev("a", 2), False)
-    assert backlog.take("ns/a") is None  # mirrored once
-    backlog.discard("ns/c")
-    assert len(backlog) == 0
+    assert backlog.take("Pod/ns/q") == []
+    # one object's Events come together, in compute order; a re-put keeps when it first waited
+    assert backlog.take("Pod/ns/p") == [("ns/c", ev("c", 1), False, 6), ("ns/a", ev("a", 2), False, 0)]
+    assert backlog.take("Pod/ns/p") == []  # mirrored once
+    backlog.put("ns/d", ev("d", 1), replayed=False, since=7)
+    backlog.discard("ns/d")
+    assert len(backlog) == 0 and backlog.take("Pod/ns/p") == []
+
+
+def test_the_event_backlog_orders_one_objects_events_as_the_compute_side_wrote_them() -> None:
+    """Two Events of one second (a gang's "Waiting", then its verdict) reach the tenant in that order,
+    whichever arrived first; a later second wins over a higher resourceVersion."""
+    from vnode.events import Backlog
+
+    def ev(name: str, rv: int, last: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": str(rv)}, "lastTimestamp": last,
+                "involvedObject": {"kind": "Pod", "namespace": "ns", "name": "p"}}
+
+    backlog = Backlog()
+    backlog.put("ns/verdict", ev("verdict", 12, "2026-12-01T10:00:01Z"), replayed=False, since=0)
+    backlog.put("ns/waiting", ev("waiting", 11, "2026-12-01T10:00:01Z"), replayed=False, since=0)
+    backlog.put("ns/bumped", ev("bumped", 9, "2026-12-01T10:00:02Z"), replayed=False, since=0)
+    assert [k for k, *_ in backlog.take("Pod/ns/p")] == ["ns/waiting", "ns/verdict", "ns/bumped"]
