@@ -110,6 +110,27 @@ CASES = [
         # b would borrow 8 of 12 against a's 4 after the victim: not fairer, no second victim
         Cycle(100, notified=set()),
     ]),
+    # a's single-node job is protected while young (min_runtime 300 s); its 2-node gang is not a
+    # victim for b's 4-GPU job meanwhile, the single-node job is once it may be
+    Case("fair-share-spares-a-gang-spanning-nodes-for-a-smaller-job", [("n1", 8), ("n2", 8), ("n3", 8)],
+         [queue("a"), queue("b")], [
+             Submit(gang("a-gang", "a", 2, 8)),
+             Cycle(0, started={"a-gang"}),
+             Submit(gang("a-one", "a", 1, 8, submit=200)),
+             Cycle(200, started={"a-one"}),
+             Submit(gang("b1", "b", 1, 4, submit=400)),
+             Cycle(400, notified=set(), started=set()),
+             Cycle(510, notified={"a-one"}, rule={"a-one": "fair-share"}),
+         ], config={"min_runtime_s": 300.0}),
+    Case("fair-share-takes-a-gang-spanning-nodes-for-one-as-big", [(f"n{i}", 8) for i in range(5)],
+         [queue("a"), queue("b")], [
+             Submit(gang("a-gang", "a", 2, 8)),
+             Cycle(0, started={"a-gang"}),
+             *(Submit(gang(f"a-{i}", "a", 1, 8, submit=200)) for i in range(3)),
+             Cycle(200, started={"a-0", "a-1", "a-2"}),
+             Submit(gang("b-big", "b", 2, 8, submit=400)),
+             Cycle(400, notified={"a-gang"}, rule={"a-gang": "fair-share"}),
+         ], config={"min_runtime_s": 300.0}),
     Case("guaranteed-job-preempts-its-own-elastic-job", [("n1", 4)], [queue("a", 4, grace=10)], [
         Submit(_el("el", "a", 4)),
         Cycle(0, started={"el"}),

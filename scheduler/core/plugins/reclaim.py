@@ -1,7 +1,8 @@
 """reclaim: a queue takes back capacity it lent — another queue's jobs that run on borrowed capacity —
 up to its guarantee (rule ``reclaim``); beyond it, borrowers share idle capacity by weight, so a
 borrower may take from one that, even after losing the victim, borrows more per weight (``fair-share``;
-the inequality cannot hold both ways, so this never loops). Only for queues with the reclaim right.
+the inequality cannot hold both ways, so this never loops) — but not a gang spanning several nodes for a
+smaller job of its tier. Only for queues with the reclaim right.
 A job that could take capacity back from a waiting job's queue under ``reclaim`` is not kept off the
 nodes held for that job (``reserve``) either, once it has waited its queue's reclaim delay.
 In a queue tree both rules compare the queues where their lineages part (two departments, or two teams of
@@ -86,7 +87,15 @@ class Reclaim(Plugin):
         return ssn.now - job.submit_time >= delay and self.within_guarantee(job, holder, ssn)
 
     def fair_share(self, preemptor: Job, victim: Job, ssn: Session) -> bool:
+        """Between two borrowers sharing idle capacity by weight. A gang spanning nodes goes only for a job
+        at least as big, unless it is of a lower tier (elastic jobs soak up idle GPUs to give them back):
+        placing it again needs whole nodes free at once, which is what made it wait, and a smaller job
+        gains less than it loses (the gang that waited hours, started, then was evicted for an 8-GPU job
+        minutes later, twice, set the trace's big-job tail)."""
         if not lends(preemptor, victim, ssn):
+            return False
+        if (victim.tier >= preemptor.tier and victim.gpu_allocated() > preemptor.gpu_demand()
+                and len({r.node for r in victim.bound()}) > 1):
             return False
         mine, theirs = (side[0] for side in competing(preemptor.queue, victim.queue, ssn))
         return borrowed(mine, claim(preemptor, ssn, mine)) < borrowed(theirs, -leaving(victim, ssn, theirs))
