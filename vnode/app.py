@@ -123,7 +123,7 @@ class Vnode:
         if not waiting:
             return
         targets: dict[str, Obj | None] = {}  # per incarnation: compute names repeat
-        for n, (key, ev, replayed, since) in enumerate(waiting):
+        for key, ev, replayed, since in waiting:
             inv = ev.get("involvedObject") or {}
             uid = str(inv.get("uid") or "")
             if uid not in targets:
@@ -131,15 +131,10 @@ class Vnode:
             target = targets[uid]
             if target is None:
                 if time.monotonic() - since < EVENT_TARGET_WAIT_S:
-                    self.backlog.put(key, ev, replayed, since)
+                    self.backlog.put_back(key, ev, replayed, since)
                     self.events.add_after(obj, 0.5)
                 continue
-            try:
-                await self.recorder.mirror(target, ev, only_if_absent=replayed)
-            except BaseException:  # cancelled: what is not mirrored yet waits for the next start's relist
-                for rest in waiting[n:]:
-                    self.backlog.put(*rest)
-                raise
+            await self.recorder.mirror(target, ev, only_if_absent=replayed)
 
     def _event_target(self, inv: Obj) -> Obj | None:
         """The tenant object a compute Event is about: the tenant pod of a compute pod, or the tenant

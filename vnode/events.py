@@ -139,6 +139,11 @@ class Backlog:
             metrics.EVENT_BACKLOG_DROPPED.inc()
         return obj
 
+    def put_back(self, key: str, event: Obj, replayed: bool, since: float) -> None:
+        """Return a taken Event to wait longer, unless a newer version of it arrived meanwhile."""
+        if key not in self._waiting:
+            self.put(key, event, replayed, since)
+
     def discard(self, key: str) -> None:
         found = self._waiting.pop(key, None)
         if found is not None:

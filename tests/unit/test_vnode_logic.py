@@ -320,7 +320,10 @@ def test_the_event_backlog_keeps_the_newest_version_and_drops_the_oldest_past_it
     # one object's Events come together, in compute order; a re-put keeps when it first waited
     assert backlog.take("Pod/ns/p") == [("ns/c", ev("c", 1), False, 6), ("ns/a", ev("a", 2), False, 0)]
     assert backlog.take("Pod/ns/p") == []  # mirrored once
-    backlog.put("ns/d", ev("d", 1), replayed=False, since=7)
+    backlog.put("ns/d", ev("d", 2), replayed=False, since=7)
+    backlog.put_back("ns/d", ev("d", 1), replayed=False, since=1)  # taken before d's newer version came
+    assert backlog.take("Pod/ns/p") == [("ns/d", ev("d", 2), False, 7)]
+    backlog.put_back("ns/d", ev("d", 2), replayed=False, since=7)
     backlog.discard("ns/d")
     assert len(backlog) == 0 and backlog.take("Pod/ns/p") == []
 
