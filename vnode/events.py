@@ -44,10 +44,9 @@ class Recorder:
         if last:
             body["lastTimestamp"] = last
             body["firstTimestamp"] = _seconds(ev.get("firstTimestamp")) or last
-        count = body["count"]
         url = path("", "v1", "events", body["metadata"]["namespace"])
         if not await self._create(url, body, reason) and not only_if_absent:
-            await self._update(f"{url}/{name}", body, reason, count=count)
+            await self._update(f"{url}/{name}", body, reason, count=body["count"])
 
     async def _update(self, url: str, body: Obj, reason: str, count: int | None) -> None:
         """An existing Event gets ``count`` (None: one more than it had), the new time and message."""

@@ -92,10 +92,10 @@ class Reclaim(Plugin):
         placing it again needs whole nodes free at once, which is what made it wait, and a smaller job
         gains less than it loses (the gang that waited hours, started, then was evicted for an 8-GPU job
         minutes later, twice, set the trace's big-job tail)."""
-        if not lends(preemptor, victim, ssn):
-            return False
         if (victim.tier >= preemptor.tier and victim.gpu_allocated() > preemptor.gpu_demand()
                 and len({r.node for r in victim.bound()}) > 1):
+            return False
+        if not lends(preemptor, victim, ssn):
             return False
         mine, theirs = (side[0] for side in competing(preemptor.queue, victim.queue, ssn))
         return borrowed(mine, claim(preemptor, ssn, mine)) < borrowed(theirs, -leaving(victim, ssn, theirs))
