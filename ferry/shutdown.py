@@ -24,10 +24,14 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 async def run_until_signalled(work: Coroutine[Any, Any, None], cleanup: Callable[[], Awaitable[None]],
-                              grace_s: float = 3.0, bound_s: float = 4.5) -> None:
+                              grace_s: float = 3.0, bound_s: float = 4.5, cleanup_s: float = 1.0) -> None:
     """Run ``work`` until it ends or a stop signal arrives; then cancel it, give ``cleanup`` what is
-    left of ``grace_s``, and return. ``cleanup`` runs however the work ended (an error of the work is
-    raised after it). ``bound_s`` after the signal the process exits 0 regardless."""
+    left of ``grace_s`` but never less than ``cleanup_s``, and return. ``cleanup`` runs however the work
+    ended (an error of the work is raised after it). ``bound_s`` after the signal the process exits 0
+    regardless.
+
+    The clean-up's share is reserved because it is what the others wait on: a work slow to unwind must
+    not leave the leader Lease unreleased, or a standby waits for it to run out."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
 
@@ -51,10 +55,14 @@ async def run_until_signalled(work: Coroutine[Any, Any, None], cleanup: Callable
         log.info("stopping: cancelling work in flight")
         deadline = loop.time() + grace_s
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await asyncio.wait_for(asyncio.shield(task), max(0.1, deadline - loop.time()))
+        await asyncio.wait({task}, timeout=max(0.1, grace_s - cleanup_s))
+        if not task.done():
+            log.warning("work still unwinding at its share of the grace", after_s=round(grace_s - cleanup_s, 2))
+        elif not task.cancelled() and task.exception() is not None:
+            log.warning("work failed while stopping", error=str(task.exception())[:200])
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(cleanup(), max(0.1, deadline - loop.time()))
+            async with asyncio.timeout(max(cleanup_s, deadline - loop.time())):
+                await cleanup()
         log.info("stopped")
     finally:
         stopper.cancel()

@@ -9,12 +9,12 @@ condition and an Event say what is wrong.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from typing import Any
 
 import structlog
 
+from ferry.aio import wait_event
 from ferry.kube import quantity
 from ferry.kube.rest import Rest, path, status_of
 from vnode.caches import Caches
@@ -198,5 +198,4 @@ class VirtualNode:
             except Exception as exc:
                 log.warning("node heartbeat failed", error=str(exc)[:200])
             self.changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), self.heartbeat_s)
+            await wait_event(self.changed, self.heartbeat_s)

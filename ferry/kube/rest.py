@@ -128,23 +128,25 @@ class Rest:
         await self.api.update_params_for_auth(auth, [], ["BearerToken"])
         host = base.hostname or "localhost"
         secure = base.scheme == "https"
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(
-            host, base.port or (443 if secure else 80), ssl=self._tls_context() if secure else None,
-            server_hostname=(conf.tls_server_name or host) if secure else None), timeout)
+        async with asyncio.timeout(timeout):  # each step bounded; not wait_for, which can lose a cancel (ferry.aio)
+            reader, writer = await asyncio.open_connection(
+                host, base.port or (443 if secure else 80), ssl=self._tls_context() if secure else None,
+                server_hostname=(conf.tls_server_name or host) if secure else None)
         try:
             target = base.path.rstrip("/") + url + (f"?{urlencode(query)}" if query else "")
             lines = [f"{method} {target} HTTP/1.1", f"Host: {base.netloc}", *(f"{k}: {v}" for k, v in auth.items()),
                      *(f"{k}: {v}" for k, v in headers), "Content-Length: 0"]
             writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
+            async with asyncio.timeout(timeout):
+                head = await reader.readuntil(b"\r\n\r\n")
             status_line, *header_lines = head.decode("latin-1").split("\r\n")
             status = int(status_line.split(" ", 2)[1])
             got = [(k.strip(), v.strip()) for k, _, v in (h.partition(":") for h in header_lines if h)]
             out = Upgrade(status, got, reader, writer)
             if status != 101:
                 length = next((int(v) for k, v in got if k.lower() == "content-length"), None)
-                out.body = await asyncio.wait_for(
-                    reader.readexactly(length) if length is not None else reader.read(65536), timeout)
+                async with asyncio.timeout(timeout):
+                    out.body = await (reader.readexactly(length) if length is not None else reader.read(65536))
                 writer.close()
             return out
         except BaseException:

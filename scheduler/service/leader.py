@@ -93,7 +93,8 @@ class LeaderElector:
         while True:
             started = time.monotonic()
             try:
-                won = await asyncio.wait_for(self._try(), timeout=self._budget(started))
+                async with asyncio.timeout(self._budget(started)):  # not wait_for: see ferry.aio
+                    won = await self._try()
                 if won:
                     self._renewed_at = started
                 self._set(won)

@@ -13,7 +13,6 @@ something it reads changed (not on every pod status update), or after at most on
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import math
 import re
@@ -28,6 +27,7 @@ import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from ferry.aio import wait_event
 from ferry.fairshare import FairLimiter
 from ferry.keys import DEVICES_ANNOTATION, SCHEDULER_NAME, WILL_EVICT_AT, WILL_EVICT_BY
 from ferry.kube.informer import Informer, Obj, key_of
@@ -174,10 +174,7 @@ class SchedulerService:
             if not self.leading.is_set():
                 self.mirror.invalidate()  # another replica decides meanwhile: build afresh when leading again
                 await self.leading.wait()
-            woken = False
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), timeout=self.config.period_s)
-                woken = True
+            woken = await wait_event(self.wake, self.config.period_s)
             self.wake.clear()
             if not self.leading.is_set():
                 continue
