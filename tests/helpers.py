@@ -72,3 +72,19 @@ def swapped(original: Component, name: str, overrides: list[str]) -> Component:
     """The same process under another name, with more flags (later flags win)."""
     log = original.spec.log.with_name(f"{name}.log")
     return Component(dataclasses.replace(original.spec, name=name, argv=[*original.spec.argv, *overrides], log=log))
+
+
+@asynccontextmanager
+async def queue_webhook_removed(api: client.ApiClient) -> AsyncIterator[None]:
+    """The Queue webhook's configuration away for a while, as if it were not installed: for what the
+    scheduler makes of a Queue tree written past it. Put back as it was (its caBundle included)."""
+    url = rest.path("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations", name="kube-ferry-queues")
+    api_rest = rest.Rest(api)
+    saved = await api_rest.get(url)
+    await api_rest.delete(url)
+    try:
+        yield
+    finally:
+        meta = saved["metadata"]
+        await api_rest.create(rest.path("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations"), {
+            **saved, "metadata": {"name": meta["name"], "labels": meta.get("labels") or {}}})

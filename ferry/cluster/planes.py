@@ -8,6 +8,7 @@ be started, stopped, killed and restarted one by one, which fault tests rely on.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import shutil
@@ -16,6 +17,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+
+import yaml
 
 from ferry.binaries import Binaries
 from ferry.cluster import bootstrap, kubeconfig, pki
@@ -32,6 +35,7 @@ from ferry.cluster.process import (
 COMPUTE = "compute"
 LOCAL_NODE_PREFIX = "local-gpu-node"  # a tenant's own GPU nodes (--tenant-gpu-nodes)
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
+WEBHOOK_SERVICE_HOST = "kube-ferry-scheduler-webhook.kube-ferry-system.svc"
 STATE_FILE = "state.json"
 ALWAYS_ALLOW = "/healthz,/readyz,/livez,/metrics"
 
@@ -328,9 +332,12 @@ class ControlPlanes:
         crds = MANIFESTS / "crds"
         self._kubectl(COMPUTE, "apply", "--server-side", "-k", str(crds))
         self._kubectl(COMPUTE, "wait", "--for=condition=Established", "--timeout=60s", *_files(crds))
-        self._kubectl(COMPUTE, "apply", "--server-side", "-f", str(MANIFESTS / "compute" / "default-queue.yaml"),
+        self._kubectl(COMPUTE, "apply", "--server-side", "-f", str(MANIFESTS / "compute" / "namespace.yaml"),
+                      "-f", str(MANIFESTS / "compute" / "default-queue.yaml"),
                       "-f", str(MANIFESTS / "compute" / "rbac-vnode.yaml"),
                       "-f", str(MANIFESTS / "compute" / "flowcontrol.yaml"))
+        self._kubectl(COMPUTE, "apply", "--server-side", "-f", "-", stdin=local_webhooks(
+            (MANIFESTS / "compute" / "webhook.yaml").read_text(), self.webhook_port))
         template = (MANIFESTS / "tenant-template.yaml").read_text()
         for tenant in self.tenant_names:
             self._kubectl(COMPUTE, "apply", "--server-side", "-f", "-", stdin=template.replace("${TENANT}", tenant))
@@ -339,16 +346,28 @@ class ControlPlanes:
             self._kubectl(tenant, "apply", "--server-side", "-f", str(MANIFESTS / "tenant" / "rbac-vnode.yaml"))
             self._kubectl(tenant, "wait", "--for=condition=Established", "--timeout=60s", *_files(tcrds))
 
+    @functools.cached_property
+    def webhook_port(self) -> int:
+        """Where the first scheduler serves the Queue admission webhook (the compute API server calls it)."""
+        port = self._ports.take("scheduler webhook")
+        self._ports.release()
+        return port
+
     def add_scheduler(self, name: str = "kube-ferry-scheduler", extra: tuple[str, ...] = ()) -> Component:
-        """The Kube-Ferry scheduler service as a supervised component (started with the rest)."""
+        """The Kube-Ferry scheduler service as a supervised component (started with the rest). The first
+        one added serves the Queue webhook (one port: the others leave it to that one)."""
         import sys
 
+        webhook: list[str] = []
+        if not any(c.startswith("kube-ferry-scheduler") for c in self.components):
+            webhook = [f"--webhook-port={self.webhook_port}", "--webhook-address=127.0.0.1",
+                       f"--webhook-hosts={WEBHOOK_SERVICE_HOST},127.0.0.1"]
         port = self._ports.take(f"{name} metrics")
         self._ports.release()
         spec = ComponentSpec(
             name=name,
             argv=[sys.executable, "-m", "ferry", "scheduler", f"--kubeconfig={self.kubeconfig(COMPUTE)}",
-                  f"--metrics-port={port}", *extra],
+                  f"--metrics-port={port}", *webhook, *extra],
             log=self._log(name),
             probe=http_probe("127.0.0.1", port, "/readyz"),
             ports=(port,),
@@ -457,6 +476,18 @@ class ControlPlanes:
 
     def remove_state(self) -> None:
         (self.dir / STATE_FILE).unlink(missing_ok=True)
+
+
+def local_webhooks(manifests: str, port: int) -> str:
+    """``manifests`` (YAML documents) with each admission webhook's Service replaced by the URL of one
+    served on 127.0.0.1:``port``: local planes have no cluster network (envtest does the same)."""
+    docs = [d for d in yaml.safe_load_all(manifests) if d]
+    for d in docs:
+        if d.get("kind") in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+            for hook in d.get("webhooks") or ():
+                service = hook["clientConfig"].pop("service")
+                hook["clientConfig"]["url"] = f"https://127.0.0.1:{port}{service.get('path', '/')}"
+    return yaml.safe_dump_all(docs, sort_keys=False)
 
 
 def _files(kustomization: Path) -> list[str]:

@@ -9,6 +9,11 @@ import os
 import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from aiohttp import web
+    from kubernetes_asyncio import client
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -30,6 +35,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                                "while running; overrides the flags above")
     p.add_argument("--config-object", default="kube-ferry-system/kube-ferry-scheduler",
                    help="NAMESPACE/NAME of the ConfigMap holding --config: a refused file is an Event on it")
+    p.add_argument("--webhook-port", type=int, default=0,
+                   help="serve the Queue admission webhook (HTTPS) on this port; 0: do not")
+    p.add_argument("--webhook-address", default="0.0.0.0")
+    p.add_argument("--webhook-secret", default="kube-ferry-system/kube-ferry-webhook-tls",
+                   help="NAMESPACE/NAME of the Secret holding the webhook's certificate (made if missing)")
+    p.add_argument("--webhook-configuration", default="kube-ferry-queues",
+                   help="the ValidatingWebhookConfiguration whose caBundle the scheduler keeps ('': none)")
+    p.add_argument("--webhook-hosts", default="kube-ferry-scheduler-webhook.kube-ferry-system.svc",
+                   help="comma-separated names the API server reaches the webhook by (its certificate names them)")
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=run)
 
@@ -88,6 +102,7 @@ async def _main(args: argparse.Namespace) -> None:
         return service.ready() and (elector is None or elector.known.is_set())
 
     runner = await serve(make_app(ready, metrics.REGISTRY), args.metrics_address, args.metrics_port)
+    hooks = await _webhook(api, args) if args.webhook_port else None
 
     async def work() -> None:
         async with asyncio.TaskGroup() as tg:
@@ -101,6 +116,26 @@ async def _main(args: argparse.Namespace) -> None:
             await elector.release()  # a standby takes over now, not when the lease runs out
         with contextlib.suppress(Exception):
             await runner.cleanup()
+            if hooks is not None:
+                await hooks.cleanup()
         await api.close()
 
     await run_until_signalled(work(), cleanup)
+
+
+async def _webhook(api: client.ApiClient, args: argparse.Namespace) -> web.AppRunner | None:
+    """Serve the Queue webhook; a replica that cannot (no rights, a bad Secret) schedules anyway and says
+    why: the webhook fails open, and the scheduler ignores a parent link that cannot stand."""
+    import structlog
+
+    from scheduler.service.webhook import WebhookConfig, start_webhook
+
+    ns, _, name = args.webhook_secret.partition("/")
+    config = WebhookConfig(port=args.webhook_port, address=args.webhook_address, secret=(ns, name),
+                           configuration=args.webhook_configuration,
+                           hosts=tuple(h.strip() for h in args.webhook_hosts.split(",") if h.strip()))
+    try:
+        return await start_webhook(api, config)
+    except Exception as exc:
+        structlog.get_logger("ferry.webhook").error("Queue webhook not served", error=str(exc)[:300])
+        return None

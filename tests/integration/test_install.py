@@ -13,7 +13,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from ferry.cluster.planes import COMPUTE, MANIFESTS, ControlPlanes
+from ferry.cluster.planes import COMPUTE, MANIFESTS, ControlPlanes, local_webhooks
 from ferry.cluster.process import Component
 from ferry.kube.rest import JSON, MERGE, Rest, api_client, path
 from tests.helpers import eventually, swapped
@@ -44,12 +44,14 @@ def token_kubeconfig(planes: ControlPlanes, cluster: str, namespace: str, accoun
 @pytest.fixture(scope="module")
 def installed(planes: ControlPlanes, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Both bases applied (server-side dry-run first, then for real) and a kubeconfig per identity. A
-    dry run cannot create a namespace for the objects after it, so the namespaces go first."""
+    dry run cannot create a namespace for the objects after it, so the namespaces go first. The Queue
+    webhook is called by URL instead of through its Service: local planes have no cluster network."""
     kubectl(planes, COMPUTE, "apply", "--server-side", "-f", str(MANIFESTS / "compute" / "namespace.yaml"))
     kubectl(planes, "tenant-1", "apply", "--server-side", "-f", str(MANIFESTS / "tenant" / "namespace.yaml"))
     for cluster, base in ((COMPUTE, "crds"), (COMPUTE, "compute"), ("tenant-1", "tenant")):
-        kubectl(planes, cluster, "apply", "--server-side", "--dry-run=server", "-k", str(MANIFESTS / base))
-        kubectl(planes, cluster, "apply", "--server-side", "-k", str(MANIFESTS / base))
+        built = local_webhooks(kubectl(planes, cluster, "kustomize", str(MANIFESTS / base)), planes.webhook_port)
+        kubectl(planes, cluster, "apply", "--server-side", "--dry-run=server", "-f", "-", stdin=built)
+        kubectl(planes, cluster, "apply", "--server-side", "-f", "-", stdin=built)
     template = (MANIFESTS / "tenant-template.yaml").read_text().replace("${TENANT}", "tenant-1")
     kubectl(planes, COMPUTE, "apply", "--server-side", "-f", "-", stdin=template)
     out = tmp_path_factory.mktemp("identities")
@@ -124,6 +126,10 @@ async def _status(kubeconfig: Path, method: str, url: str, body: dict[str, Any] 
     ("scheduler", "POST", "/api/v1/namespaces/tenant-1/pods"),
     ("scheduler", "DELETE", "/api/v1/nodes/gpu-node-0000"),
     ("scheduler", "PUT", "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/someone-else"),
+    ("scheduler", "GET", "/api/v1/namespaces/kube-ferry-system/secrets"),
+    ("scheduler", "PUT", "/api/v1/namespaces/kube-ferry-system/secrets/kube-ferry-webhook-tls"),
+    ("scheduler", "PUT", "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/someone-else"),
+    ("scheduler", "POST", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"),
     ("vnode-compute", "GET", "/api/v1/namespaces/tenant-2/pods"),
     ("vnode-compute", "GET", "/api/v1/namespaces/tenant-2/secrets"),
     ("vnode-compute", "GET", "/api/v1/namespaces/kube-system/secrets"),

@@ -12,7 +12,7 @@ from kubernetes_asyncio import client
 
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
-from tests.helpers import eventually
+from tests.helpers import eventually, queue_webhook_removed
 
 GROUP, VERSION = "scheduling.kubeferry.io", "v1alpha1"
 
@@ -406,9 +406,22 @@ async def test_a_team_borrows_its_departments_idle_guarantee_before_other_queues
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": f"self-{compute_ns}"},
             "spec": {"parent": f"self-{compute_ns}"}})
     assert refused.value.status == 422 and "a queue cannot be its own parent" in refused.value.body
-    for name, spec in specs:
+    for name, spec in specs[:-1]:
         await custom.create_cluster_custom_object(GROUP, VERSION, "queues", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": name}, "spec": spec})
+    async with queue_webhook_removed(compute_api):  # which refuses the orphan (test_queue_webhook.py)
+        async def orphan_written() -> bool:  # once the API server no longer calls the webhook
+            try:
+                await custom.create_cluster_custom_object(GROUP, VERSION, "queues", {
+                    "apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": orphan},
+                    "spec": specs[-1][1]})
+            except client.ApiException as exc:
+                if "denied the request" not in str(exc.body):
+                    raise
+                return False
+            return True
+
+        await eventually(orphan_written, timeout=30, what="the orphan written past the webhook")
     try:
         async def parent_condition(name: str) -> dict[str, Any] | None:
             q = await custom.get_cluster_custom_object(GROUP, VERSION, "queues", name)
@@ -440,7 +453,7 @@ async def test_a_team_borrows_its_departments_idle_guarantee_before_other_queues
         # idle guarantee is lent inside the department first
         assert not await _running(core, compute_ns, "other-more", 1)
     finally:
-        for name, _ in specs:
+        for name, _ in reversed(specs):  # children first: the webhook refuses a parent before them
             await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", name)
 
 
