@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from aiohttp import web
     from kubernetes_asyncio import client
 
 
@@ -54,6 +53,10 @@ def run(args: argparse.Namespace) -> int:
     flog.configure(args.log_level, json=True)
     if args.kubeconfig is not None and not args.kubeconfig.exists():
         print(f"ferry: error: kubeconfig {args.kubeconfig} does not exist", file=sys.stderr)
+        return 1
+    if args.webhook_port and (not _hosts(args) or not all(args.webhook_secret.partition("/")[::2])):
+        print("ferry: error: --webhook-port needs --webhook-hosts (at least one name) and --webhook-secret "
+              "as NAMESPACE/NAME", file=sys.stderr)
         return 1
     from scheduler.service.settings import ConfigError
 
@@ -102,7 +105,6 @@ async def _main(args: argparse.Namespace) -> None:
         return service.ready() and (elector is None or elector.known.is_set())
 
     runner = await serve(make_app(ready, metrics.REGISTRY), args.metrics_address, args.metrics_port)
-    hooks = await _webhook(api, args) if args.webhook_port else None
 
     async def work() -> None:
         async with asyncio.TaskGroup() as tg:
@@ -110,32 +112,28 @@ async def _main(args: argparse.Namespace) -> None:
             tg.create_task(give_back_periodically(metrics.MEMORY_GIVEN_BACK.inc))
             if elector is not None:
                 tg.create_task(elector.run())
+            if args.webhook_port:
+                tg.create_task(_serve_webhook(api, args))
 
     async def cleanup() -> None:
         if elector is not None:
             await elector.release()  # a standby takes over now, not when the lease runs out
         with contextlib.suppress(Exception):
             await runner.cleanup()
-            if hooks is not None:
-                await hooks.cleanup()
         await api.close()
 
     await run_until_signalled(work(), cleanup)
 
 
-async def _webhook(api: client.ApiClient, args: argparse.Namespace) -> web.AppRunner | None:
-    """Serve the Queue webhook; a replica that cannot (no rights, a bad Secret) schedules anyway and says
-    why: the webhook fails open, and the scheduler ignores a parent link that cannot stand."""
-    import structlog
-
-    from scheduler.service.webhook import WebhookConfig, start_webhook
+async def _serve_webhook(api: client.ApiClient, args: argparse.Namespace) -> None:
+    from scheduler.service.webhook import WebhookConfig, serve_webhook
 
     ns, _, name = args.webhook_secret.partition("/")
-    config = WebhookConfig(port=args.webhook_port, address=args.webhook_address, secret=(ns, name),
-                           configuration=args.webhook_configuration,
-                           hosts=tuple(h.strip() for h in args.webhook_hosts.split(",") if h.strip()))
-    try:
-        return await start_webhook(api, config)
-    except Exception as exc:
-        structlog.get_logger("ferry.webhook").error("Queue webhook not served", error=str(exc)[:300])
-        return None
+    await serve_webhook(api, WebhookConfig(
+        port=args.webhook_port, address=args.webhook_address, secret=(ns, name),
+        configuration=args.webhook_configuration,
+        hosts=_hosts(args)))
+
+
+def _hosts(args: argparse.Namespace) -> tuple[str, ...]:
+    return tuple(h.strip() for h in args.webhook_hosts.split(",") if h.strip())

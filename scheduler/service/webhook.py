@@ -10,6 +10,7 @@ changes are admitted and the scheduler ignores the links that cannot stand, as i
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import ssl
 import tempfile
@@ -194,3 +195,22 @@ async def start_webhook(api: client.ApiClient, config: WebhookConfig) -> web.App
     await web.TCPSite(runner, config.address, config.port, ssl_context=server_context(serving)).start()
     log.info("webhook serving", address=config.address, port=config.port, path=PATH)
     return runner
+
+
+async def serve_webhook(api: client.ApiClient, config: WebhookConfig, max_backoff_s: float = 30.0) -> None:
+    """Serve until cancelled. While the certificate cannot be had or the port bound (the API server down,
+    no rights yet, a bad Secret) try again with back-off, saying why: the scheduler schedules meanwhile,
+    and the configuration fails open."""
+    backoff = 0.5
+    while True:
+        try:
+            runner = await start_webhook(api, config)
+            break
+        except Exception as exc:  # API, RBAC or bind failures alike: none is fixed by giving up
+            log.warning("Queue webhook not served yet; retrying", error=str(exc)[:300], in_s=backoff)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, max_backoff_s)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -73,3 +75,12 @@ def test_the_serving_certificate_names_every_host_it_is_reached_by() -> None:
     made = make_serving_cert(hosts)
     assert missing_hosts(made.cert, hosts) == []
     assert missing_hosts(made.cert, ("other.svc",)) == ["other.svc"]
+
+
+@pytest.mark.parametrize("flag", ["--webhook-hosts=", "--webhook-secret=no-namespace"])
+def test_a_webhook_without_a_name_or_a_secret_is_one_clear_line(flag: str) -> None:
+    res = subprocess.run([sys.executable, "-m", "ferry", "scheduler", "--webhook-port=9443", flag],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert res.returncode == 1
+    assert res.stderr.strip() == ("ferry: error: --webhook-port needs --webhook-hosts (at least one name) and "
+                                  "--webhook-secret as NAMESPACE/NAME")
