@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +62,10 @@ Decision = Bind | NotifyWillEvict | CancelEviction | Evict | Shrink | JobStatus
 @dataclass
 class CycleResult:
     decisions: list[Decision] = field(default_factory=list)
-    pending_reasons: dict[str, str] = field(default_factory=dict)
+    pending_reasons: dict[str, str] = field(default_factory=dict)  # the jobs the cycle looked at
+    # (tier, queue, request shape) -> why the jobs of that group it passed over wait: one like them did
+    # not fit (or none of the tier may pass the first, queue ""); Scheduler.reasons names every such job
+    passed_over: dict[tuple[int, str, tuple[Any, ...]], str] = field(default_factory=dict)
     placed_jobs: int = 0
     attempts: int = 0
 

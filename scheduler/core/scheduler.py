@@ -422,7 +422,27 @@ class Scheduler:
         for action in self.actions:
             action.execute(ssn)
         self._cancel_needless(result)
+        jobs = self.cluster.jobs
+        for name in result.pending_reasons:  # what a later action said of a job allocate looked at stands
+            job = jobs.get(name)
+            if job is not None and job.phase is JobPhase.PENDING and job.reason:
+                result.pending_reasons[name] = job.reason
         return result
+
+    def reasons(self, result: CycleResult) -> dict[str, str]:
+        """Why every pending job waits after ``result``'s cycle: those it looked at, and those it passed over
+        because one like them (same queue and request) did not fit. Apart from the cycle, which never pays
+        for it: only the service writes every job's reason (a simulator need not)."""
+        out = dict(result.pending_reasons)
+        jobs = self.cluster.jobs
+        for (tier, queue, shape), why in result.passed_over.items():
+            by_queue = self.pending.get(tier, {})
+            groups = (list(by_queue.get(queue, {}).get(shape, ())) if queue
+                      else [entry for shapes in by_queue.values() for group in shapes.values() for entry in group])
+            for _, name in groups:
+                if name not in out and jobs[name].phase is JobPhase.PENDING:
+                    out[name] = why
+        return out
 
     def _evict_due(self, now: float, result: CycleResult) -> None:
         """Victims whose grace ran out are evicted."""

@@ -234,6 +234,7 @@ class SchedulerService:
         self._expire_assumed()
         sched, snap = self.mirror.sync(now, self.assumed)
         result = sched.cycle(now)
+        result.pending_reasons = sched.reasons(result)  # every waiting job is told why, not only the first like it
         metrics.CYCLE_SECONDS.observe(time.monotonic() - t0)
         self.cycles += 1
         await self._apply(snap, result, t0)

@@ -192,8 +192,9 @@ def test_preemptor_delay_waits_for_natural_capacity() -> None:
     s.submit(gang("el", "a", 2, 1, tier=Tier.ELASTIC))
     s.cycle(0)
     s.submit(gang("g", "a", 2, 1, submit=1))
-    assert not s.cycle(1).of(NotifyWillEvict)
-    assert "waiting up to 60 s" in c.jobs["g"].reason
+    res = s.cycle(1)
+    assert not res.of(NotifyWillEvict)
+    assert "waiting up to 60 s" in res.pending_reasons["g"]  # what the service writes, not only the model
     assert not s.cycle(30).of(NotifyWillEvict)
     assert s.cycle(62).of(NotifyWillEvict)
 
@@ -210,10 +211,10 @@ def test_starving_big_gang_gets_a_reservation_while_backfill_continues() -> None
     assert c.jobs["big"].phase is JobPhase.PENDING
     assert c.jobs["filler"].phase is JobPhase.RUNNING  # backfill passed the big gang
     assert c.jobs["big"].bypassed
-    s.cycle(200)
+    res = s.cycle(200)
     held = set(c.jobs["big"].reserved_nodes)
     assert len(held) == 2
-    assert "holding node(s)" in c.jobs["big"].reason
+    assert "holding node(s)" in res.pending_reasons["big"]
     on_held = [j for j in ("small0", "small1", "small2", "small3", "small4", "filler")
                if c.jobs[j].replicas[0].node in held]
     s.finish(on_held[0])
@@ -376,6 +377,42 @@ def test_water_fill_is_weighted_max_min_fair() -> None:
     out = water_fill({"a": 10.0, "b": 100.0, "c": 100.0}, {"a": 1.0, "b": 1.0, "c": 2.0}, 90.0)
     assert out["a"] == 10.0  # asks less than its share: gets what it asks
     assert abs(out["b"] - 80 / 3) < 1e-9 and abs(out["c"] - 160 / 3) < 1e-9  # the rest 1:2
+
+
+def test_every_waiting_job_is_told_why_not_only_the_first_with_its_request() -> None:
+    c = cluster([node("n1", 2)], [queue("a"), queue("b"), queue("c")])
+    s = scheduler(c)
+    s.submit(gang("run", "a", 1, 2))
+    s.cycle(0)
+    for q in "abc":  # arriving together: after the first 2-GPU job fails, the others are not tried again
+        s.submit(gang(f"{q}-1", q, 1, 2, submit=1))
+        s.submit(gang(f"{q}-2", q, 1, 2, submit=2))
+    s.submit(gang("huge-1", "c", 1, 16, submit=3))
+    s.submit(gang("huge-2", "c", 1, 16, submit=4))
+    res = s.cycle(1)
+    assert not res.of(Bind)
+    reasons = s.reasons(res)
+    first = [reasons[f"{q}-1"] for q in "abc"]  # each queue's first is told what the one tried was told
+    assert len(set(first)) == 1 and first[0].startswith("waiting for capacity: gang of 1 replica(s) needs 2 GPUs")
+    for q in "abc":  # words that stay the same while they wait (written once, not every cycle)
+        assert reasons[f"{q}-2"] == (f"waiting for capacity: an earlier job of queue {q} with the same request "
+                                     "does not fit yet")
+    assert reasons["huge-1"] == reasons["huge-2"] == "cannot be scheduled: no node has 16 GPUs (the largest has 2)"
+    assert "run" not in reasons
+    s.finish("run")
+    reasons = s.reasons(s.cycle(2))
+    waiting = {j for j, job in c.jobs.items() if job.phase is JobPhase.PENDING}
+    assert len(waiting) == 7 and set(reasons) == waiting  # the one started is told nothing
+
+
+def test_strict_fifo_tells_the_jobs_behind_what_they_wait_for() -> None:
+    c = cluster([node("n1", 2)])
+    s = scheduler(c, backfill=False)
+    s.submit(gang("big", "default", 1, 4))
+    s.submit(gang("small", "default", 1, 1, submit=1))
+    res = s.cycle(0)
+    assert c.jobs["small"].phase is JobPhase.PENDING
+    assert s.reasons(res)["small"] == "waiting for big to start first (first in, first out)"
 
 
 def test_a_request_no_node_can_hold_is_called_impossible() -> None:

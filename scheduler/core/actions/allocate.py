@@ -28,8 +28,10 @@ class Allocate(Action):
         holders = [sched.cluster.jobs[j] for j in sched.reserved] if fw.hold_yields else []
         if holders:
             ssn.refresh_claims()  # what hold_yields compares against: the preemptors' and victims' capacity
-        unfit: dict[frozenset[str], set[ShapeKey]] = defaultdict(set)  # with these nodes excluded, nothing
-        skip: dict[str, set[ShapeKey]] = defaultdict(set)  # of the shape fits; shapes a queue passes over
+        # with these nodes excluded, nothing of the shape fits (and what that means for a job like it)
+        unfit: dict[frozenset[str], dict[ShapeKey, str]] = defaultdict(dict)
+        skip: dict[str, set[ShapeKey]] = defaultdict(set)  # shapes a queue passes over
+        passed = ssn.result.passed_over
         tried: set[str] = set()
         unfit_jobs: list[Job] = []  # failed this cycle: a smaller job starting after them bypasses them
         heap = [(fw.queue_key(queues[q], tier), q) for q in pending]
@@ -58,7 +60,9 @@ class Allocate(Action):
             excluded = (sched.reserved_nodes(except_job=name, starving_only=privileged) if own
                         else self._held_from(job, holders, blocked_all, ssn))
             if not own and shape in unfit[excluded]:
-                skip[qname].add(shape)
+                skip[qname].add(shape)  # told what the one like it was told: ordering alone changes no reason
+                job.reason = ssn.result.pending_reasons[name] = unfit[excluded][shape]
+                passed[(tier, qname, shape)] = _like(job.reason, qname)
                 heapq.heappush(heap, (fw.queue_key(queue, tier), qname))
                 continue
             ssn.result.attempts += 1
@@ -71,7 +75,8 @@ class Allocate(Action):
                     if own:
                         tried.add(name)
                     else:
-                        unfit[excluded].add(shape)
+                        unfit[excluded][shape] = why
+                        passed[(tier, qname, shape)] = _like(why, qname)
                         skip[qname].add(shape)
                     if privileged and not sched.victims.get(name):
                         # its victims are gone and it still does not fit: search again next cycle
@@ -83,6 +88,7 @@ class Allocate(Action):
                                f"grace period ({', '.join(victims[:3])}{', ...' if len(victims) > 3 else ''})")
             else:
                 skip[qname].add(shape)
+                passed[(tier, qname, shape)] = why.partition(" (")[0]  # the queue's limit, not its live counts
             if placed is not None:
                 sched.started(job, placed, ssn.now, ssn.result)
                 demand = job.min_gpu()
@@ -94,8 +100,9 @@ class Allocate(Action):
                     unfit_jobs.append(job)
                 job.reason = why or ""
                 ssn.result.pending_reasons[name] = job.reason
-                if not sched.config.backfill:
-                    return  # strict FIFO: nothing may pass the first job that does not fit
+                if not sched.config.backfill:  # strict FIFO: nothing may pass the first job that does not fit
+                    passed[(tier, "", ())] = f"waiting for {name} to start first (first in, first out)"
+                    return
             heapq.heappush(heap, (fw.queue_key(queue, tier), qname))
 
     def _held_from(self, job: Job, holders: list[Job], blocked_all: frozenset[str], ssn: Session) -> frozenset[str]:
@@ -156,3 +163,12 @@ class Allocate(Action):
         if reservations:
             msg += "; some nodes are held for a longer-waiting job"
         return msg
+
+
+def _like(why: str, queue: str) -> str:
+    """What the jobs behind one that did not fit, of its queue and with its request, are told: the same
+    when it can never be placed; else words that stay the same while they wait (the counts in the first
+    one's reason change every cycle, and each change would be written again for every job behind it)."""
+    if why.startswith("cannot be scheduled"):
+        return why
+    return f"waiting for capacity: an earlier job of queue {queue} with the same request does not fit yet"
