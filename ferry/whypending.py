@@ -31,6 +31,8 @@ HINTS = (
                                     "maximum"),
     ("cannot be scheduled", "no node of the compute cluster could ever hold it: ask for less (GPUs per replica, "
                             "CPU, memory) or for GPU models and labels that exist"),
+    ("waiting for a node", "the nodes that could hold it are cordoned or not Ready: it starts when one is "
+                           "schedulable again (an admin uncordons it, or it comes back)"),
     ("queue ", "its queue is at its maximum: it starts when the queue's own jobs finish, or when an admin "
                "raises the Queue's spec.max"),
     ("waiting for capacity", "GPUs must free up: jobs finishing, elastic jobs shrinking, or jobs borrowing "

@@ -438,14 +438,18 @@ async def test_a_team_borrows_its_departments_idle_guarantee_before_other_queues
         # two contenders for the last 2 GPUs, seen in one cycle: the node is cordoned while they arrive
         await core.patch_node(private_node, {"spec": {"unschedulable": True}})
         try:
-            for name, q in (("other-more", other), ("team-more", team)):
+            for name, q in (("other-more", other), ("team-more", team), ("other-later", other)):
                 await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
                     "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": name},
                     "spec": {"minMember": 1, "queue": q}})
                 await core.create_namespaced_pod(compute_ns, pod(f"{name}-0", compute_ns, gpus=2, group=name))
-            for name in ("other-more", "team-more"):
-                await eventually(lambda name=name: _reason_of(custom, compute_ns, name), timeout=30,
-                                 what=f"{name} considered")
+            told = [await eventually(lambda name=name: _reason_of(custom, compute_ns, name), timeout=30,
+                                     what=f"{name} considered") for name in ("other-more", "team-more")]
+            # the one passed over behind the first like it is told too; none is called impossible for a cordon
+            told.append(await eventually(lambda: _reason_of(custom, compute_ns, "other-later"), timeout=30,
+                                         what="other-later told why"))
+            assert all(t.startswith("waiting for a node: no node matches the node selector")
+                       and "1 that could are cordoned" in t for t in told), "\n".join(told)
         finally:
             await core.patch_node(private_node, {"spec": {"unschedulable": False}})
         await eventually(lambda: _running(core, compute_ns, "team-more", 1), timeout=30, what="team-more running")

@@ -405,6 +405,25 @@ def test_every_waiting_job_is_told_why_not_only_the_first_with_its_request() -> 
     assert len(waiting) == 7 and set(reasons) == waiting  # the one started is told nothing
 
 
+def test_a_request_only_cordoned_nodes_could_hold_waits_for_a_node_and_is_not_called_impossible() -> None:
+    c = cluster([node("n1", 8), node("n2", 2)])
+    s = scheduler(c)
+    c.nodes["n1"].schedulable = False  # cordoned, or not Ready
+    s.node_changed("n1")
+    s.submit(gang("wide", "default", 1, 8))
+    s.submit(gang("wide-2", "default", 1, 8, submit=1))
+    s.submit(gang("huge", "default", 1, 16, submit=2))
+    reasons = s.reasons(s.cycle(0))
+    told = "waiting for a node: no node has 8 GPUs (the largest has 2) (1 that could are cordoned or not ready)"
+    assert reasons["wide"] == reasons["wide-2"] == told
+    assert reasons["huge"] == "cannot be scheduled: no node has 16 GPUs (the largest has 2)"
+    from ferry.whypending import hint_for
+    assert "cordoned" in hint_for("FailedScheduling", told)
+    c.nodes["n1"].schedulable = True
+    s.node_changed("n1")
+    assert "wide" not in s.reasons(s.cycle(1))  # started once the node is back
+
+
 def test_strict_fifo_tells_the_jobs_behind_what_they_wait_for() -> None:
     c = cluster([node("n1", 2)])
     s = scheduler(c, backfill=False)

@@ -7,7 +7,7 @@ import heapq
 from collections import defaultdict
 
 from scheduler.core.framework import Action, Session, ShapeKey
-from scheduler.core.model import Job, JobPhase, Request, Tier
+from scheduler.core.model import Job, JobPhase, Node, Request, Tier
 from scheduler.core.placement import Placement
 
 
@@ -131,20 +131,16 @@ class Allocate(Action):
         return placed or None
 
     def _never_fits(self, req: Request) -> str | None:
-        """Why no node of the cluster could host ``req`` even if it were empty, or None."""
-        nodes = [n for n in self.sched.cluster.nodes.values() if n.schedulable]
-        if not nodes:
-            return "no schedulable node"
-        if not any(len(n.devices) >= req.gpus for n in nodes):
-            return f"no node has {req.gpus} GPUs (the largest has {max(len(n.devices) for n in nodes)})"
-        if not any(n.cpu_milli >= req.cpu_milli and n.mem_mib >= req.mem_mib for n in nodes):
-            return f"no node has {req.cpu_milli}m CPU and {req.mem_mib} MiB memory"
-        if req.models and not any(n.model in req.models for n in nodes):
-            return f"no node has a GPU of model {' or '.join(sorted(req.models))}"
-        if req.selector and not any(all(n.labels.get(k) == v for k, v in req.selector) for n in nodes):
-            wanted = ",".join(f"{k}={v}" for k, v in sorted(req.selector))
-            return f"no node matches the node selector {wanted}"
-        return None
+        """Why no schedulable node could host ``req`` even if it were empty ("cannot be scheduled: ..."; or
+        "waiting for a node: ..." when nodes that could are cordoned or not ready), or None."""
+        every = self.sched.cluster.nodes.values()
+        why = _unhostable(req, [n for n in every if n.schedulable])
+        if why is None:
+            return None
+        could = sum(1 for n in every if not n.schedulable and _unhostable(req, [n]) is None)
+        if could:
+            return f"waiting for a node: {why} ({could} that could are cordoned or not ready)"
+        return f"cannot be scheduled: {why}"
 
     def _why_unfit(self, job: Job, reservations: bool, ssn: Session) -> str:
         tasks = job.task_by_name
@@ -154,7 +150,7 @@ class Allocate(Action):
                 ssn.never[req] = self._never_fits(req)
             never = ssn.never[req]
             if never is not None:
-                return f"cannot be scheduled: {never}"
+                return never
         gpus = sum(r.gpu_total for r in need) / 1000
         biggest = max((r.gpus for r in need), default=0)
         largest = self.sched.placer.max_free_whole()
@@ -165,10 +161,27 @@ class Allocate(Action):
         return msg
 
 
+def _unhostable(req: Request, nodes: list[Node]) -> str | None:
+    """Why none of ``nodes``, empty, could host ``req``, or None."""
+    if not nodes:
+        return "no schedulable node"
+    if not any(len(n.devices) >= req.gpus for n in nodes):
+        return f"no node has {req.gpus} GPUs (the largest has {max(len(n.devices) for n in nodes)})"
+    if not any(n.cpu_milli >= req.cpu_milli and n.mem_mib >= req.mem_mib for n in nodes):
+        return f"no node has {req.cpu_milli}m CPU and {req.mem_mib} MiB memory"
+    if req.models and not any(n.model in req.models for n in nodes):
+        return f"no node has a GPU of model {' or '.join(sorted(req.models))}"
+    if req.selector and not any(all(n.labels.get(k) == v for k, v in req.selector) for n in nodes):
+        wanted = ",".join(f"{k}={v}" for k, v in sorted(req.selector))
+        return f"no node matches the node selector {wanted}"
+    return None
+
+
 def _like(why: str, queue: str) -> str:
     """What the jobs behind one that did not fit, of its queue and with its request, are told: the same
-    when it can never be placed; else words that stay the same while they wait (the counts in the first
-    one's reason change every cycle, and each change would be written again for every job behind it)."""
-    if why.startswith("cannot be scheduled"):
+    when no schedulable node could hold it; else words that stay the same while they wait (the counts in
+    the first one's reason change every cycle, and each change would be written again for every job
+    behind it)."""
+    if why.startswith(("cannot be scheduled", "waiting for a node")):
         return why
     return f"waiting for capacity: an earlier job of queue {queue} with the same request does not fit yet"

@@ -48,8 +48,8 @@ class Preempt(Action):
             if job.privileged_since is None:
                 job.privileged_since = now
             if now - job.privileged_since < queue.preemptor_delay_s:
-                job.reason = (f"waiting up to {queue.preemptor_delay_s:g} s for free capacity before "
-                              "preempting lower-priority or borrowed jobs (where its queue may)")
+                _verdict(job, ssn, f"waiting up to {queue.preemptor_delay_s:g} s for free capacity before "
+                         "preempting lower-priority or borrowed jobs (where its queue may)")
                 continue
             if now < job.preempt_retry_at:
                 continue
@@ -93,7 +93,7 @@ class Preempt(Action):
             if not fits:
                 for victim in chosen:
                     st.restore(victim)
-                job.reason = "cannot start even if every job it may preempt were evicted"
+                _verdict(job, ssn, "it cannot start even if every job it may preempt were evicted")
                 return False
             fewest(st, job, gang, excluded, chosen, lambda v: -_cost(v, now))  # most expensive dropped first
             trial = st.fits(job, gang, excluded)
@@ -140,3 +140,10 @@ def _cost(job: Job, now: float) -> float:
     """Work lost by evicting: GPU-seconds since start (cheaper victims first)."""
     started = job.start_time if job.start_time is not None else now
     return (now - started) * max(job.gpu_allocated(), 1)
+
+
+def _verdict(job: Job, ssn: Session, words: str) -> None:
+    """What the search concluded joins why the job did not fit this cycle (allocate's words, never a
+    verdict of an earlier cycle): that is what its user can act on."""
+    said = ssn.result.pending_reasons.get(job.name)
+    job.reason = f"{said}; {words}" if said else words
