@@ -449,7 +449,7 @@ async def test_a_team_borrows_its_departments_idle_guarantee_before_other_queues
             told.append(await eventually(lambda: _reason_of(custom, compute_ns, "other-later"), timeout=30,
                                          what="other-later told why"))
             assert all(t.startswith("waiting for a node: no node matches the node selector")
-                       and "1 that could are cordoned" in t for t in told), "\n".join(told)
+                       and "1 node that could is cordoned" in t for t in told), "\n".join(told)
         finally:
             await core.patch_node(private_node, {"spec": {"unschedulable": False}})
         await eventually(lambda: _running(core, compute_ns, "team-more", 1), timeout=30, what="team-more running")

@@ -414,7 +414,7 @@ def test_a_request_only_cordoned_nodes_could_hold_waits_for_a_node_and_is_not_ca
     s.submit(gang("wide-2", "default", 1, 8, submit=1))
     s.submit(gang("huge", "default", 1, 16, submit=2))
     reasons = s.reasons(s.cycle(0))
-    told = "waiting for a node: no node has 8 GPUs (the largest has 2) (1 that could are cordoned or not ready)"
+    told = "waiting for a node: no node has 8 GPUs (the largest has 2) (1 node that could is cordoned or not ready)"
     assert reasons["wide"] == reasons["wide-2"] == told
     assert reasons["huge"] == "cannot be scheduled: no node has 16 GPUs (the largest has 2)"
     from ferry.whypending import hint_for

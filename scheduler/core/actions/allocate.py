@@ -139,7 +139,8 @@ class Allocate(Action):
             return None
         could = sum(1 for n in every if not n.schedulable and _unhostable(req, [n]) is None)
         if could:
-            return f"waiting for a node: {why} ({could} that could are cordoned or not ready)"
+            nodes = "1 node that could is" if could == 1 else f"{could} nodes that could are"
+            return f"waiting for a node: {why} ({nodes} cordoned or not ready)"
         return f"cannot be scheduled: {why}"
 
     def _why_unfit(self, job: Job, reservations: bool, ssn: Session) -> str:
