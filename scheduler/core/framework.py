@@ -29,6 +29,9 @@ Extension points and how several plugins' answers combine:
                           prefilter, so a search looks at few running jobs): union, highest tier
 ``hold_yields``           whether nodes held for one waiting job (by ``reserve``) may take another
                           waiting job all the same: any plugin grants
+``hold_lends``            whether a job that fits nowhere else may start on nodes held for a waiting
+                          job *on loan*: it is recalled (notice, grace) as soon as the holder could
+                          start without it (``reserve``): any plugin grants
 ``session_open``          per-cycle preparation (e.g. deserved shares)
 ``node_order``            how good a node state is for a request (keys compared highest first,
                           concatenated in plugin order; none registered: tightest fit); the
@@ -64,6 +67,7 @@ VictimRuleFn = Callable[[Job, Job, "Session"], bool]
 VictimOrderFn = Callable[[Job, Job, "Session"], tuple[float, ...]]  # (preemptor, victim) -> key part
 VictimQueuesFn = Callable[[Job, "Session"], Iterable[tuple[str, int]]]  # (queue, highest victim tier)
 HoldYieldsFn = Callable[[Job, Job, "Session"], bool]  # (waiting job, holder)
+HoldLendsFn = Callable[[Job, Job, "Session"], bool]  # (waiting job, holder)
 SessionFn = Callable[["Session"], None]
 NodeOrderFn = Callable[[Request, Sequence[Option]], list[tuple[float, ...]]]  # one key per option
 
@@ -111,6 +115,7 @@ class Framework:
         self.victim_order: list[tuple[str, VictimOrderFn]] = []
         self.victim_queues: list[tuple[str, VictimQueuesFn]] = []
         self.hold_yields: list[tuple[str, HoldYieldsFn]] = []
+        self.hold_lends: list[tuple[str, HoldLendsFn]] = []
         self.session_open: list[tuple[str, SessionFn]] = []
         self.node_order: list[tuple[str, NodeOrderFn]] = []
         self.device_order: list[tuple[str, NodeOrderFn]] = []
@@ -200,6 +205,10 @@ class Framework:
     def yields_hold(self, job: Job, holder: Job, ssn: Session) -> bool:
         """Whether the nodes held for ``holder`` may take ``job`` all the same."""
         return any(fn(job, holder, ssn) for _, fn in self.hold_yields)
+
+    def lends_hold(self, job: Job, holder: Job, ssn: Session) -> bool:
+        """Whether ``job`` may start on loan on the nodes held for ``holder``."""
+        return any(fn(job, holder, ssn) for _, fn in self.hold_lends)
 
     @property
     def preempts(self) -> bool:

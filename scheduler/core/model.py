@@ -213,6 +213,8 @@ class Job:
     evictions: int = 0
     reason: str = ""
     reserved_nodes: tuple[str, ...] = ()
+    # it started on nodes held for these waiting jobs, on loan: recalled when one of them could start
+    on_loan_from: tuple[str, ...] = ()
     bypassed: bool = False  # a smaller job started while this one could not: backfill may starve it
     allocated: int = 0  # GPU milli of its bound replicas, kept by the placer
     preempt_retry_at: float = float("-inf")

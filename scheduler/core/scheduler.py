@@ -27,11 +27,12 @@ from scheduler.core.placement import Placement, Placer
 from scheduler.core.plugins import PLUGINS
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # guarantees with fair borrowing, reservations against starvation, whole-job preemption and reclaim
+    # guarantees with fair borrowing, reservations against starvation (lent while they drain), whole-job
+    # preemption and reclaim
     "ferry": {
         "actions": ("allocate", "reserve", "preempt", "grow"),
         "plugins": ("priority", "guarantee", "capacity", "protection", "tier-preemption", "reclaim", "starvation",
-                    "dependencies", "binpack"),
+                    "dependencies", "lend-holds", "binpack"),
     },
     # strict gang FIFO: one global order by priority and age; nothing passes a job that does not fit
     "fifo": {"actions": ("allocate",), "plugins": ("priority", "fifo"), "backfill": False},
@@ -65,6 +66,8 @@ class SchedulerConfig:
     # consolidate: at most this many movable jobs are told to move per cycle, and none again within the cooldown
     consolidation_moves_per_cycle: int = 4
     consolidation_cooldown_s: float = 3600.0
+    # lend-holds: a job whose last run was evicted this recently does not start on loan on held nodes
+    loan_cooldown_s: float = 3600.0
     # dependencies: a job whose dependency does not exist this long after it arrived can never start
     dependency_timeout_s: float = 600.0
     # las: levels of GPU-seconds received (coarse, so that jobs are not thrashed), and the promote knob: a job
@@ -138,6 +141,7 @@ class Scheduler:
         self.pending_gpu: dict[str, int] = defaultdict(int)  # queue -> GPU milli its pending replicas ask for
         self.reserved: dict[str, tuple[str, ...]] = {}  # job -> nodes held for it
         self.elastic: dict[str, None] = {}  # elastic jobs not yet ended, for growing
+        self.on_loan: dict[str, None] = {}  # jobs running on loan on nodes held for others (lend-holds)
         # preemptor -> victims in WillEvict (dicts, not sets: iteration order must not depend on hashing)
         self.victims: dict[str, dict[str, None]] = defaultdict(dict)
         self._outside: CycleResult = CycleResult()  # decisions taken between cycles, reported by the next
@@ -268,6 +272,7 @@ class Scheduler:
         if not old.phase.terminal:
             job.bypassed, job.preempt_retry_at = old.bypassed, old.preempt_retry_at
             job.privileged_since = old.privileged_since
+            job.on_loan_from = old.on_loan_from
             if old.start_time is not None and (job.start_time is None or old.start_time < job.start_time):
                 job.start_time = old.start_time
             bound = any(r.phase is ReplicaPhase.BOUND for r in job.replicas)
@@ -395,6 +400,7 @@ class Scheduler:
         self._uncount(job.name)
         self.unindex(job.name)
         self.elastic.pop(job.name, None)
+        self.on_loan.pop(job.name, None)
         self.reserved.pop(job.name, None)
         job.reserved_nodes = ()
         for victim in self.victims.pop(job.name, {}):
@@ -513,8 +519,9 @@ class Scheduler:
         missing = max(0, job.gang_size - len(job.bound()))
         return job.pending()[:missing]
 
-    def started(self, job: Job, placed: list[Placement], now: float, result: CycleResult) -> None:
-        """Report a job's placed replicas; a job that was waiting is now running."""
+    def started(self, job: Job, placed: list[Placement], now: float, result: CycleResult, note: str = "") -> None:
+        """Report a job's placed replicas; a job that was waiting is now running (``note``: what its user
+        should know of how it runs, e.g. on loan)."""
         was = job.phase
         self.unindex(job.name)
         self.unhold(job)
@@ -528,5 +535,6 @@ class Scheduler:
             job.start_time = now
             job.privileged_since = None
             result.placed_jobs += 1
-            result.decisions.append(JobStatus(job.name, JobPhase.RUNNING.value, "all members bound"))
+            status = f"all members bound; {note}" if note else "all members bound"
+            result.decisions.append(JobStatus(job.name, JobPhase.RUNNING.value, status))
             self.hooks.on_start(job, now)

@@ -47,6 +47,8 @@ class ConfigFile(BaseModel):
                                                       "cycle at most")
     consolidation_cooldown_seconds: float | None = Field(None, ge=0, description="consolidate: a moved job is not "
                                                          "moved again this soon")
+    loan_cooldown_seconds: float | None = Field(None, ge=0, description="lend-holds: a job whose last run was "
+                                                "evicted this recently does not start on loan on held nodes")
     dependency_timeout_seconds: float | None = Field(
         None, ge=0, description="dependencies: a job whose dependency does not exist this long after it arrived "
                                 "can never start")
@@ -105,7 +107,7 @@ _CORE_FIELDS = {
     "preemption_retry_seconds": "preemption_retry_s", "usage_half_life_seconds": "usage_half_life_s",
     "dependency_timeout_seconds": "dependency_timeout_s",
     "consolidation_moves_per_cycle": "consolidation_moves_per_cycle",
-    "consolidation_cooldown_seconds": "consolidation_cooldown_s",
+    "consolidation_cooldown_seconds": "consolidation_cooldown_s", "loan_cooldown_seconds": "loan_cooldown_s",
     "las_thresholds_gpu_seconds": "las_thresholds_gpu_s", "las_promote_knob": "las_promote_knob",
 }
 

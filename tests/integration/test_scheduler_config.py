@@ -138,3 +138,59 @@ def test_a_bad_file_at_start_is_an_exit_with_the_reason(planes: ControlPlanes, t
                          check=False)
     assert res.returncode == 1
     assert f"ferry: error: {conf}: maxReservedFraction: Input should be less than or equal to 1" in res.stderr
+
+
+async def test_a_held_node_runs_a_job_on_loan_and_recalls_it_when_the_holder_could_start(
+        planes: ControlPlanes, ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str,
+        private_node: str, tmp_path: Path) -> None:
+    """lend-holds on the real control plane: an 8-GPU job passed by a smaller one holds the one node its
+    selector allows (not the empty nodes it could never use); a 2-GPU job that fits nowhere else starts
+    there on loan and is told so; once the holder's own occupants are gone the loan gets its notice,
+    leaves after its grace, and the holder runs."""
+    core, custom = client.CoreV1Api(compute_api), client.CustomObjectsApi(compute_api)
+    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
+    conf = tmp_path / "config.yaml"
+    conf.write_text("reservationAfterSeconds: 2\nmaxHoldDoublings: 0\n")
+    queue = f"l-{compute_ns}"
+    await _make_queue(custom, queue, compute_ns, victimGraceSeconds=3)
+
+    async def group(name: str, gpus: int) -> None:
+        await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": name},
+            "spec": {"minMember": 1, "queue": queue}})
+        await core.create_namespaced_pod(compute_ns, pod(f"{name}-0", compute_ns, gpus=gpus, group=name))
+
+    async def condition(name: str) -> str:
+        got = await custom.get_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", name)
+        return " ".join(c.get("message", "") for c in (got.get("status") or {}).get("conditions") or [])
+
+    try:
+        with configured_scheduler(planes, ferry_scheduler, conf, f"{compute_ns}/scheduler-config"):
+            await group("occupant", 4)
+            await eventually(lambda: _running(core, compute_ns, "occupant", 1), timeout=30, what="occupant running")
+            await group("big", 8)
+            await group("small", 2)  # passes big, which therefore starves
+            await eventually(lambda: _running(core, compute_ns, "small", 1), timeout=30, what="small running")
+
+            async def holding() -> bool:
+                return f"holding node(s) {private_node} until they drain" in await condition("big")
+
+            await eventually(holding, timeout=30, what="big holding the private node")
+            await group("loan", 2)  # fits only on the held node
+            await eventually(lambda: _running(core, compute_ns, "loan", 1), timeout=30, what="loan running")
+            assert "on loan on node(s) held for" in await condition("loan")
+            for name in ("occupant-0", "small-0"):
+                await core.delete_namespaced_pod(name, compute_ns, grace_period_seconds=0)
+
+            async def recalled() -> str | None:
+                p = await core.read_namespaced_pod("loan-0", compute_ns)
+                return (p.metadata.annotations or {}).get("kubeferry.io/will-evict-at")
+
+            await eventually(recalled, timeout=30, what="the loan's notice")
+            events = (await core.list_namespaced_event(compute_ns, field_selector="involvedObject.name=loan-0")).items
+            assert any("on loan on node(s) held for" in (e.message or "") for e in events), \
+                [(e.reason, e.message) for e in events]
+            await eventually(lambda: _running(core, compute_ns, "big", 1), timeout=40, what="the holder running")
+            assert not await _running(core, compute_ns, "loan", 1)  # evicted: the holder has the whole node
+    finally:
+        await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)

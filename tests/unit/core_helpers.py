@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from scheduler.core.model import Cluster, Device, Job, Node, Queue, QueueRights, Request, Task, Tier
-from scheduler.core.scheduler import Scheduler, SchedulerConfig
+from scheduler.core.scheduler import PRESETS, Scheduler, SchedulerConfig
+
+# the ferry preset's plugins without lend-holds: for tests of holds as such (drained held nodes stay empty)
+NO_LOANS = tuple(p for p in PRESETS["ferry"]["plugins"] if p != "lend-holds")
 
 
 def node(name: str, gpus: int = 8, domain: str = "rack-0", cpu: int = 64000, mem: int = 512 * 1024) -> Node:

@@ -145,16 +145,23 @@ def _check_victim_rule(s: Scheduler, notice: NotifyWillEvict,
     vq, vtier, _, _ = before[notice.job]
     pq_name, ptier, _, _ = before[notice.preemptor]
     pq = c.queues[pq_name]
-    if vq == pq_name:
+    if "on loan" in notice.reason:  # lend-holds: a job on loan on the preemptor's held nodes, recalled
+        assert notice.preemptor in c.jobs[notice.job].on_loan_from
+        if vq != pq_name:  # never what its queue needs for its guarantee
+            assert c.queues[vq].allocated_gpu - _taken_by_others(c, vq) >= c.queues[vq].guaranteed_gpu
+    elif vq == pq_name:
         assert vtier < ptier and pq.rights.preempt_own_elastic
     elif not (pq.rights.privileged and vtier < ptier):
         assert pq.rights.reclaim
         # Own-queue preemption (a guaranteed job replacing its queue's elastic one, maybe later in the
         # same cycle) is the queue's own business: only what other queues take must be borrowed capacity.
-        doomed = sum(j.gpu_allocated() for j in c.jobs.values()
-                     if j.queue == vq and j.phase is JobPhase.WILL_EVICT
-                     and _queue_of(c, j.will_evict_by) != vq)
-        assert c.queues[vq].allocated_gpu - doomed >= c.queues[vq].guaranteed_gpu
+        assert c.queues[vq].allocated_gpu - _taken_by_others(c, vq) >= c.queues[vq].guaranteed_gpu
+
+
+def _taken_by_others(c: Cluster, queue: str) -> int:
+    """GPU milli of ``queue``'s jobs told to leave for other queues' jobs."""
+    return sum(j.gpu_allocated() for j in c.jobs.values()
+               if j.queue == queue and j.phase is JobPhase.WILL_EVICT and _queue_of(c, j.will_evict_by) != queue)
 
 
 def _queue_of(c: Cluster, job: str | None) -> str | None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from scheduler.core.decisions import Bind, CancelEviction, Evict, NotifyWillEvict, Shrink
 from scheduler.core.model import JobPhase, ReplicaPhase, Tier
-from tests.unit.core_helpers import cluster, gang, node, queue, scheduler
+from tests.unit.core_helpers import NO_LOANS, cluster, gang, node, queue, scheduler
 
 
 def test_gang_is_all_or_nothing_and_binds_in_one_cycle_when_capacity_frees() -> None:
@@ -201,7 +203,8 @@ def test_preemptor_delay_waits_for_natural_capacity() -> None:
 
 def test_starving_big_gang_gets_a_reservation_while_backfill_continues() -> None:
     c = cluster([node("n1", 8), node("n2", 8), node("n3", 8)])
-    s = scheduler(c, reservation_after_s=100.0)
+    # holds as such: without lend-holds a drained held node stays empty (tests/unit/test_lend_holds.py)
+    s = scheduler(c, reservation_after_s=100.0, plugins=NO_LOANS)
     for i in range(5):
         s.submit(gang(f"small{i}", "default", 1, 4, submit=i))
     s.cycle(0)
@@ -236,7 +239,7 @@ def test_a_hold_for_a_borrower_yields_to_a_job_that_could_reclaim_it(newcomer_qu
     # node once it has waited g's reclaim delay (it could take the capacity back from big anyway); a job
     # of c, which has no guarantee, keeps off
     c = cluster([node(f"n{i}", 8) for i in range(1, 5)], [queue("b", 8), queue("g", 24, delay=50.0), queue("c")])
-    s = scheduler(c, reservation_after_s=100.0)
+    s = scheduler(c, reservation_after_s=100.0, plugins=NO_LOANS)
     for name, q in (("b1", "b"), ("b2", "b"), ("g-run", "g")):
         s.submit(gang(name, q, 1, 8, submit=0))
     s.cycle(0)
@@ -460,3 +463,26 @@ def test_notices_given_before_a_restart_stand() -> None:
     assert [e.job for e in s.cycle(51).of(Evict) if isinstance(e, Evict)] == ["el"]
     s.cycle(52)
     assert c.jobs["g"].phase is JobPhase.RUNNING
+
+
+def test_a_starving_job_holds_only_nodes_its_node_selector_allows() -> None:
+    # three full nodes, one labelled for the job; emptier unlabelled nodes would drain sooner, but the
+    # job could never run there
+    nodes = [node("n1", 8), node("n2", 8), node("n3", 8)]
+    nodes[2].labels["pool"] = "a"
+    c = cluster(nodes)
+    s = scheduler(c, reservation_after_s=100.0, plugins=NO_LOANS)
+    for i in range(6):
+        s.submit(gang(f"run{i}", "default", 1, 4, submit=0))
+    s.cycle(0)
+    picky = gang("picky", "default", 1, 8, submit=1)
+    picky.tasks[0].request = dataclasses.replace(picky.tasks[0].request, selector=frozenset({("pool", "a")}))
+    s.submit(picky)
+    on_n3 = [j for j in c.jobs.values() if j.replicas[0].node == "n3"]
+    s.finish(on_n3[0].name)
+    s.finish("run0" if on_n3[0].name != "run0" else "run1")
+    s.submit(gang("filler", "default", 1, 4, submit=2))
+    s.cycle(2)
+    assert c.jobs["picky"].bypassed
+    s.cycle(200)
+    assert c.jobs["picky"].reserved_nodes == ("n3",)

@@ -1,5 +1,7 @@
 """allocate: pending jobs start where they fit — queues in fair order, jobs in order within a queue,
-gangs all-or-nothing, and (with ``backfill``) smaller jobs passing one that does not fit yet."""
+gangs all-or-nothing, and (with ``backfill``) smaller jobs passing one that does not fit yet. A job that
+fits nowhere else may start on loan on nodes held for a waiting job, where a plugin lends them
+(``hold_lends``); ``reserve`` recalls it when the holder could start."""
 
 from __future__ import annotations
 
@@ -25,11 +27,12 @@ class Allocate(Action):
         if not pending:
             return
         blocked_all = frozenset(sched.reserved_nodes())
-        holders = [sched.cluster.jobs[j] for j in sched.reserved] if fw.hold_yields else []
-        if holders:
+        holders = [sched.cluster.jobs[j] for j in sched.reserved] if fw.hold_yields or fw.hold_lends else []
+        if holders and fw.hold_yields:
             ssn.refresh_claims()  # what hold_yields compares against: the preemptors' and victims' capacity
-        # with these nodes excluded, nothing of the shape fits (and what that means for a job like it)
-        unfit: dict[frozenset[str], dict[ShapeKey, str]] = defaultdict(dict)
+        # with these nodes excluded, and these of them lent, nothing of the shape fits (and what that means
+        # for a job like it)
+        unfit: dict[tuple[frozenset[str], frozenset[str]], dict[ShapeKey, str]] = defaultdict(dict)
         skip: dict[str, set[ShapeKey]] = defaultdict(set)  # shapes a queue passes over
         passed = ssn.result.passed_over
         tried: set[str] = set()
@@ -59,9 +62,10 @@ class Allocate(Action):
             # search assumed; everyone else keeps off every hold that does not yield to it.
             excluded = (sched.reserved_nodes(except_job=name, starving_only=privileged) if own
                         else self._held_from(job, holders, blocked_all, ssn))
-            if not own and shape in unfit[excluded]:
+            lent = frozenset() if own or not fw.hold_lends else self._lent_to(job, holders, excluded, ssn)
+            if not own and shape in unfit[(excluded, lent)]:
                 skip[qname].add(shape)  # told what the one like it was told: ordering alone changes no reason
-                job.reason = ssn.result.pending_reasons[name] = unfit[excluded][shape]
+                job.reason = ssn.result.pending_reasons[name] = unfit[(excluded, lent)][shape]
                 passed[(tier, qname, shape)] = _like(job.reason, qname)
                 heapq.heappush(heap, (fw.queue_key(queue, tier), qname))
                 continue
@@ -70,12 +74,16 @@ class Allocate(Action):
             placed: list[Placement] | None = None
             if why is None:
                 placed = self._place(job, excluded)
+                if placed is None and lent:
+                    placed = self._place(job, excluded - lent)
+                    if placed is not None:
+                        self._on_loan(job, placed, lent)
                 if placed is None:
                     why = self._why_unfit(job, bool(excluded), ssn)
                     if own:
                         tried.add(name)
                     else:
-                        unfit[excluded][shape] = why
+                        unfit[(excluded, lent)][shape] = why
                         passed[(tier, qname, shape)] = _like(why, qname)
                         skip[qname].add(shape)
                     if privileged and not sched.victims.get(name):
@@ -90,7 +98,9 @@ class Allocate(Action):
                 skip[qname].add(shape)
                 passed[(tier, qname, shape)] = why.partition(" (")[0]  # the queue's limit, not its live counts
             if placed is not None:
-                sched.started(job, placed, ssn.now, ssn.result)
+                note = (f"on loan on node(s) held for {', '.join(job.on_loan_from)}: it will be asked to leave, "
+                        "with its grace period to checkpoint, once that job could start") if job.on_loan_from else ""
+                sched.started(job, placed, ssn.now, ssn.result, note)
                 demand = job.min_gpu()
                 for f in unfit_jobs:
                     if f.min_gpu() > demand:
@@ -112,6 +122,19 @@ class Allocate(Action):
         if not yielded:
             return blocked_all
         return frozenset(n for holder, nodes in reserved.items() if holder not in yielded for n in nodes)
+
+    def _lent_to(self, job: Job, holders: list[Job], excluded: frozenset[str], ssn: Session) -> frozenset[str]:
+        """The excluded nodes ``job`` may use on loan: those of every holder that lends to it."""
+        fw, reserved = self.sched.framework, self.sched.reserved
+        return frozenset(n for h in holders if fw.lends_hold(job, h, ssn)
+                         for n in reserved.get(h.name, ()) if n in excluded)
+
+    def _on_loan(self, job: Job, placed: list[Placement], lent: frozenset[str]) -> None:
+        """Record whose held nodes the job started on: it is theirs to recall."""
+        used = {p.node for p in placed}.intersection(lent)
+        job.on_loan_from = tuple(h for h, nodes in self.sched.reserved.items() if used.intersection(nodes))
+        if job.on_loan_from:
+            self.sched.on_loan[job.name] = None
 
     def _place(self, job: Job, excluded: frozenset[str]) -> list[Placement] | None:
         """The gang's minimum all-or-nothing, then any replicas beyond it one by one, as room allows."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 
-from scheduler.core.actions.victims import fewest, tell_to_leave
+from scheduler.core.actions.victims import fewest, tell_to_leave, work_lost
 from scheduler.core.decisions import Shrink
 from scheduler.core.framework import Action, OrderKey, Session
 from scheduler.core.model import Job, JobPhase, Replica, ReplicaPhase, Tier
@@ -78,7 +78,7 @@ class Preempt(Action):
         with Statement(sched.placer) as st:
             # the plugins' order (e.g. lowest tier and priority first), then small jobs (a big gang is hard to
             # place again), then the least work lost
-            order = sorted(pool, key=lambda v: (*fw.victim_key(job, v, ssn), v.gpu_allocated(), _cost(v, now),
+            order = sorted(pool, key=lambda v: (*fw.victim_key(job, v, ssn), v.gpu_allocated(), work_lost(v, now),
                                                 v.name))
             chosen: list[Job] = []
             fits = False
@@ -95,7 +95,7 @@ class Preempt(Action):
                     st.restore(victim)
                 _verdict(job, ssn, "it cannot start even if every job it may preempt were evicted")
                 return False
-            fewest(st, job, gang, excluded, chosen, lambda v: -_cost(v, now))  # most expensive dropped first
+            fewest(st, job, gang, excluded, chosen, lambda v: -work_lost(v, now))  # most expensive dropped first
             trial = st.fits(job, gang, excluded)
             assert trial is not None, "victim set stopped fitting"
             if not chosen:  # it fits without anyone leaving (on nodes held for others): nothing to do here
@@ -134,12 +134,6 @@ class Preempt(Action):
                     sched.started(job, placed, ssn.now, ssn.result)
                     return True
         return False
-
-
-def _cost(job: Job, now: float) -> float:
-    """Work lost by evicting: GPU-seconds since start (cheaper victims first)."""
-    started = job.start_time if job.start_time is not None else now
-    return (now - started) * max(job.gpu_allocated(), 1)
 
 
 def _verdict(job: Job, ssn: Session, words: str) -> None:

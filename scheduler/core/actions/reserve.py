@@ -1,12 +1,16 @@
-"""reserve: a job that waited too long while smaller jobs passed it holds nodes until they drain for it."""
+"""reserve: a job that waited too long while smaller jobs passed it holds nodes until they drain for it;
+jobs that started there on loan (``hold_lends``) are recalled as soon as it could start without them."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
 
+from scheduler.core.actions.victims import fewest, tell_to_leave, work_lost
 from scheduler.core.framework import Action, OrderKey, Session
+from scheduler.core.hierarchy import lineage, subtree_total
 from scheduler.core.model import Job, JobPhase, Node
+from scheduler.core.statement import Statement
 
 
 class Reserve(Action):
@@ -36,6 +40,7 @@ class Reserve(Action):
                         if job.phase is JobPhase.PENDING and job.bypassed and sched.framework.gated(job, ssn) is None:
                             starving.append((key, name))
         if not starving:
+            self._recall_loans(ssn)
             return
         capacity = sched.placer.capacity
         held = self._gpu_size(sched.reserved_nodes())
@@ -63,6 +68,79 @@ class Reserve(Action):
             sched.hold(job, nodes)
             job.reason = (f"waited {now - job.submit_time:.0f} s: holding node(s) {', '.join(nodes)} "
                           "until they drain; backfill continues elsewhere")
+        self._recall_loans(ssn)
+
+    def _recall_loans(self, ssn: Session) -> None:
+        """A holder that could start on its nodes if the jobs on loan there left recalls them, fewest and
+        cheapest: they get their notice and grace, and it waits for them as a preemptor for its victims.
+        A job on loan from holders that no longer hold anything is on loan no more."""
+        sched = self.sched
+        if not sched.on_loan:
+            return
+        jobs, nodes = sched.cluster.jobs, sched.cluster.nodes
+        on_node: dict[str, list[tuple[Job, int]]] = defaultdict(list)  # node -> (job on loan, GPU milli there)
+        for name in list(sched.on_loan):
+            job = jobs[name]
+            if not any(h in sched.reserved for h in job.on_loan_from):
+                job.on_loan_from = ()
+                del sched.on_loan[name]
+            elif job.phase is JobPhase.RUNNING:
+                tasks = job.task_by_name
+                for r in job.bound():
+                    if r.node is not None:
+                        on_node[r.node].append((job, tasks[r.task].request.gpu_total))
+        for holder_name, held in sorted(sched.reserved.items(), key=lambda kv: jobs[kv[0]].submit_time):
+            holder = jobs[holder_name]
+            if holder.phase is not JobPhase.PENDING:
+                continue
+            loaners: dict[str, Job] = {}
+            room: list[int] = []  # per held node: what it would have free without the jobs on loan from holder
+            for n in held:
+                mine = [(j, gpu) for j, gpu in on_node.get(n, ()) if holder_name in j.on_loan_from]
+                loaners.update((j.name, j) for j, _ in mine)
+                room.append((nodes[n].free_gpu_milli if n in nodes else 0) + sum(gpu for _, gpu in mine))
+            if not loaners or not _could_hold(holder, room):
+                continue  # its own occupants still run: nothing to try
+            self._recall(holder, held, list(loaners.values()), ssn)
+
+    def _recall(self, holder: Job, held: tuple[str, ...], loaners: list[Job], ssn: Session) -> None:
+        """Recall the fewest, cheapest loans the holder needs gone. A job on loan that its queue (or an
+        ancestor) needs for its guarantee stays, as any occupant would: recalling it would only hand the
+        capacity to a reclaim against the holder later."""
+        sched, now = self.sched, ssn.now
+        ssn.refresh_claims()
+        queues = sched.cluster.queues
+        leaving: dict[str, int] = dict(ssn.doomed)
+        recallable: list[Job] = []
+        for job in sorted(loaners, key=lambda j: (work_lost(j, now), j.name)):
+            if job.queue != holder.queue:
+                after = {q.name: subtree_total(queues, leaving, q.name) + job.gpu_allocated()
+                         for q in lineage(queues, job.queue)}
+                if any(q.allocated_gpu - after[q.name] < q.guaranteed_gpu for q in lineage(queues, job.queue)):
+                    continue
+            leaving[job.queue] = leaving.get(job.queue, 0) + job.gpu_allocated()
+            recallable.append(job)
+        loaners = recallable
+        if not loaners:
+            return
+        gang = sched.gang_part(holder)
+        inside = set(held)
+        outside = frozenset(n for n in sched.cluster.nodes if n not in inside)
+        with Statement(sched.placer) as st:
+            for job in loaners:
+                st.lift(job)
+            if st.fits(holder, gang, outside) is None:
+                return  # its own occupants still run
+            chosen = list(loaners)
+            fewest(st, holder, gang, outside, chosen, lambda v: -work_lost(v, now))
+            trial = st.fits(holder, gang, outside)
+            assert trial is not None, "recall set stopped fitting"
+            if not chosen:
+                return  # it fits as things are: allocate starts it
+            nodes = tuple(sorted({p.node for p in trial}))
+        tell_to_leave(ssn, holder, nodes, chosen, lambda v: f"on loan on node(s) held for {holder.name}, "
+                      "which can start now", f"recalling {len(chosen)} job(s) on loan on its held node(s): "
+                      + ", ".join(v.name for v in chosen))
 
     def _gpu_size(self, names: Iterable[str]) -> int:
         """GPU milli of whole nodes."""
@@ -96,7 +174,8 @@ class Reserve(Action):
         def usable(n: Node) -> bool:
             return (n.schedulable and n.name not in taken and len(n.devices) >= biggest.gpus
                     and n.cpu_milli >= biggest.cpu_milli and n.mem_mib >= biggest.mem_mib
-                    and (not biggest.models or n.model in biggest.models))
+                    and (not biggest.models or n.model in biggest.models)
+                    and all(n.labels.get(k) == v for k, v in biggest.selector))
 
         nodes = self.sched.cluster.nodes
         chosen = [n for n in held if n in nodes and usable(nodes[n])][:want]
@@ -107,3 +186,17 @@ class Reserve(Action):
                              key=lambda n: (age.get(n.name, 0.0), n.domain != domain, -n.free_gpu_milli, n.name))
             chosen += [n.name for n in options[: want - len(chosen)]]
         return tuple(chosen) if len(chosen) >= len(need) else None
+
+
+def _could_hold(job: Job, room: list[int]) -> bool:
+    """Whether nodes with this much room each (GPU milli) could take the job's pending replicas, largest
+    first on the roomiest: a cheap test before a trial placement (CPU, memory and devices not counted)."""
+    tasks = job.task_by_name
+    need = sorted((tasks[r.task].request.gpu_total for r in job.pending()), reverse=True)
+    free = sorted(room, reverse=True)
+    for gpu in need:
+        if not free or free[0] < gpu:
+            return False
+        free[0] -= gpu
+        free.sort(reverse=True)
+    return True

@@ -10,6 +10,12 @@ from scheduler.core.model import Job, JobPhase, Replica
 from scheduler.core.statement import Statement
 
 
+def work_lost(job: Job, now: float) -> float:
+    """Work lost by evicting: GPU-seconds since start (cheaper victims first)."""
+    started = job.start_time if job.start_time is not None else now
+    return (now - started) * max(job.gpu_allocated(), 1)
+
+
 def fewest(st: Statement, job: Job, gang: list[Replica], excluded: frozenset[str], chosen: list[Job],
            dearest_first: Callable[[Job], float]) -> None:
     """Drop from ``chosen`` (lifted in ``st``) every job ``job`` can do without, dearest first."""

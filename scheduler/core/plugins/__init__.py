@@ -11,6 +11,7 @@ from scheduler.core.plugins.fifo import Fifo
 from scheduler.core.plugins.fragmentation import Fragmentation
 from scheduler.core.plugins.guarantee import Guarantee
 from scheduler.core.plugins.las import LeastAttainedService
+from scheduler.core.plugins.lend_holds import LendHolds
 from scheduler.core.plugins.priority import Priority
 from scheduler.core.plugins.proportion import Proportion
 from scheduler.core.plugins.protection import Protection
@@ -20,4 +21,4 @@ from scheduler.core.plugins.tier_preemption import TierPreemption
 
 PLUGINS: dict[str, type[Plugin]] = {p.name: p for p in (
     Priority, Guarantee, Fifo, Proportion, Capacity, Protection, TierPreemption, Reclaim, Starvation,
-    Fragmentation, Binpack, FairOverTime, Dependencies, LeastAttainedService)}
+    Fragmentation, Binpack, FairOverTime, Dependencies, LeastAttainedService, LendHolds)}

@@ -1,0 +1,29 @@
+"""lend-holds: nodes held for a starving job (``reserve``) are lent, not left idle, while they drain.
+
+A hold keeps new work off nodes until they empty for a gang that smaller jobs kept passing. Its cost is
+the capacity it idles: GPUs freed on a held node stay free until the last occupant of the hold ends,
+which with heavy-tailed run times can be hours. With this plugin a job that fits nowhere else may start
+there *on loan*: ``reserve`` recalls it (notice and grace to checkpoint, like any victim) the moment the
+holder could start if the jobs on loan left. The holder then starts within a grace period of when it
+would have without loans, and the idle capacity ran jobs meanwhile — most of them short enough to end
+before any recall.
+
+A job may go on loan unless its last run was evicted less than ``loan_cooldown_s`` ago (a recalled job
+is not lent again at once, so no job is thrashed between holds), and only to a holder still draining
+(one that already recalls its loans lends nothing more)."""
+
+from __future__ import annotations
+
+from scheduler.core.framework import Framework, Plugin, Session
+from scheduler.core.model import Job, JobPhase
+
+
+class LendHolds(Plugin):
+    name = "lend-holds"
+
+    def register(self, fw: Framework) -> None:
+        fw.hold_lends.append((self.name, self.may_borrow))
+
+    def may_borrow(self, job: Job, holder: Job, ssn: Session) -> bool:
+        recently_stopped = job.stopped_at is not None and ssn.now - job.stopped_at < self.sched.config.loan_cooldown_s
+        return holder.phase is JobPhase.PENDING and not recently_stopped
