@@ -40,3 +40,17 @@ def scheduler(c: Cluster, **cfg: object) -> Scheduler:
     """A scheduler without victim protection unless asked (the scenarios run seconds apart)."""
     cfg.setdefault("min_runtime_s", 0.0)
     return Scheduler(c, SchedulerConfig(**cfg))  # type: ignore[arg-type]
+
+
+def passed_big_gang(plugins: tuple[str, ...]) -> tuple[Cluster, Scheduler]:
+    """Three 8-GPU nodes, five 4-GPU jobs; at t=2 a gang of two 8-GPU pods waits and a 2-GPU job passes it
+    (backfill), so from t=100 on it starves: holds come after reservation_after_s=100."""
+    c = cluster([node("n1", 8), node("n2", 8), node("n3", 8)])
+    s = scheduler(c, reservation_after_s=100.0, plugins=plugins)
+    for i in range(5):
+        s.submit(gang(f"small{i}", "default", 1, 4, submit=i))
+    s.cycle(0)
+    s.submit(gang("big", "default", 2, 8, submit=1))
+    s.submit(gang("filler", "default", 1, 2, submit=2))
+    s.cycle(2)
+    return c, s

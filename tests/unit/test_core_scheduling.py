@@ -8,7 +8,7 @@ import pytest
 
 from scheduler.core.decisions import Bind, CancelEviction, Evict, NotifyWillEvict, Shrink
 from scheduler.core.model import JobPhase, ReplicaPhase, Tier
-from tests.unit.core_helpers import NO_LOANS, cluster, gang, node, queue, scheduler
+from tests.unit.core_helpers import NO_LOANS, cluster, gang, node, passed_big_gang, queue, scheduler
 
 
 def test_gang_is_all_or_nothing_and_binds_in_one_cycle_when_capacity_frees() -> None:
@@ -202,15 +202,8 @@ def test_preemptor_delay_waits_for_natural_capacity() -> None:
 
 
 def test_starving_big_gang_gets_a_reservation_while_backfill_continues() -> None:
-    c = cluster([node("n1", 8), node("n2", 8), node("n3", 8)])
     # holds as such: without lend-holds a drained held node stays empty (tests/unit/test_lend_holds.py)
-    s = scheduler(c, reservation_after_s=100.0, plugins=NO_LOANS)
-    for i in range(5):
-        s.submit(gang(f"small{i}", "default", 1, 4, submit=i))
-    s.cycle(0)
-    s.submit(gang("big", "default", 2, 8, submit=1))
-    s.submit(gang("filler", "default", 1, 2, submit=2))
-    s.cycle(2)
+    c, s = passed_big_gang(NO_LOANS)
     assert c.jobs["big"].phase is JobPhase.PENDING
     assert c.jobs["filler"].phase is JobPhase.RUNNING  # backfill passed the big gang
     assert c.jobs["big"].bypassed

@@ -6,22 +6,14 @@ from __future__ import annotations
 from scheduler.core.decisions import Evict, JobStatus, NotifyWillEvict
 from scheduler.core.model import Cluster, JobPhase
 from scheduler.core.scheduler import PRESETS, Scheduler
-from tests.unit.core_helpers import NO_LOANS, cluster, gang, node, scheduler
+from tests.unit.core_helpers import NO_LOANS, cluster, gang, node, passed_big_gang, scheduler
 
 LENDING = PRESETS["ferry"]["plugins"]
 
 
 def starving_gang(plugins: tuple[str, ...] = LENDING) -> tuple[Cluster, Scheduler, list[str]]:
-    """Three 8-GPU nodes full of 4-GPU jobs; a gang of two 8-GPU pods was passed by a smaller job and holds
-    two nodes from t=200 on. Returns the jobs on the held nodes."""
-    c = cluster([node("n1", 8), node("n2", 8), node("n3", 8)])
-    s = scheduler(c, reservation_after_s=100.0, plugins=plugins)
-    for i in range(5):
-        s.submit(gang(f"small{i}", "default", 1, 4, submit=i))
-    s.cycle(0)
-    s.submit(gang("big", "default", 2, 8, submit=1))
-    s.submit(gang("filler", "default", 1, 2, submit=2))
-    s.cycle(2)
+    """The gang of :func:`passed_big_gang` holding two nodes from t=200 on; and the jobs on them."""
+    c, s = passed_big_gang(plugins)
     s.cycle(200)
     held = set(c.jobs["big"].reserved_nodes)
     assert len(held) == 2
