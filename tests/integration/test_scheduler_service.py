@@ -221,9 +221,13 @@ async def test_guaranteed_gang_preempts_elastic_job_after_its_grace(
             return (p.metadata.annotations or {}).get("kubeferry.io/will-evict-at")
 
         deadline = await eventually(noticed, timeout=30, what="eviction notice on the victim")
-        victim = await core.read_namespaced_pod("el-0", compute_ns)
-        conds = {c.type: c for c in victim.status.conditions or []}
-        assert conds["kubeferry.io/WillEvict"].status == "True"
+
+        async def told() -> Any:  # the condition is written beside the annotation, not before it
+            p = await core.read_namespaced_pod("el-0", compute_ns)
+            cond = next((c for c in p.status.conditions or [] if c.type == "kubeferry.io/WillEvict"), None)
+            return p if cond is not None and cond.status == "True" else None
+
+        victim = await eventually(told, timeout=5, what="WillEvict condition on the victim")
         assert victim.metadata.deletion_timestamp is None  # not yet: it has its grace to checkpoint
         import datetime as dt
 
