@@ -26,6 +26,8 @@ OUR_REASONS = ("FailedScheduling", "Waiting", "Preempting", "WillEvict", "Preemp
 # (reason, or a phrase of the message) -> what would let it run; the first match wins
 HINTS = (
     ("preempting:", "its victims are checkpointing: it starts when their grace period ends or they leave"),
+    ("recalling", "jobs that ran on loan on the nodes held for it are checkpointing: it starts when their grace "
+                  "period ends or they leave"),
     ("Insufficient nvidia.com/gpu", "no node of this cluster has that many GPUs free, the virtual node included: "
                                     "it offers what the compute cluster has Ready, capped by the tenant Queue's "
                                     "maximum"),

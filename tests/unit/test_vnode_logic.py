@@ -255,6 +255,7 @@ def test_views_align_columns_and_pick_the_first_fitting_hint() -> None:
     assert "spec.max" in hint_for("Unschedulable", "queue q would exceed its maximum of 1 GPUs")
     assert "ask for less" in hint_for("Unschedulable", "cannot be scheduled: no node has 16 GPUs")
     assert "virtual node included" in hint_for("Unschedulable", "0/1 nodes: 1 Insufficient nvidia.com/gpu.")
+    assert "ran on loan" in hint_for("Preempting", "recalling 1 job(s) on loan on its held node(s): t/loan")
     assert hint_for("Something", "unheard of") == ""
 
 
