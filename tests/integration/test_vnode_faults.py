@@ -19,6 +19,7 @@ from vnode import naming
 
 BURST = 500
 LAGGING = "lagging (tenant pod, phase, node, compute phase)"  # up to 3 tenant pods not Running
+STALL_S = 15.0  # after a restart, some tenant pod turns Running at least this often until all do
 
 
 def served_pod(name: str) -> dict[str, Any]:
@@ -95,24 +96,31 @@ async def test_kill_9_during_a_burst_then_restart_converges_without_duplicates_o
     # The bridge's own state converges soon after the restart: one compute pod per tenant pod, then all
     # Running upstream. The issue asks 10 s; on this 2-core machine (two apiservers, etcd, kwok, the
     # scheduler and the vnode saturate both cores while 250-380 pods go through bind, create, schedule,
-    # run and status) it measures 8-11 s. Running upstream needs one more pass per pod (the forwarding
-    # hold is lifted after the backlog is created): 17.5-18.1 s measured alone. The bounds asserted,
-    # 15 s and 25 s, catch a stall, not a slowdown; the figures are printed.
+    # run and status) it measures 8-12 s. Running upstream needs one more pass per pod (the forwarding
+    # hold is lifted after the backlog is created): 17.5-18.1 s measured alone in 2026-11, 21.8-23.9 s on
+    # 2026-12-02 (the code before that day's changes too), past 25 s late in a full `make test`. What is
+    # asserted there catches a stall, not a slowdown: once every pod is bridged, some pod turns Running
+    # upstream at least every STALL_S, and all of them within 60 s; the figures are printed.
     await eventually(reconciled, timeout=15 - ready, interval=0.5, what="one compute pod per tenant pod")
     bridged = time.monotonic() - t0
     assert bridged <= 15.5, f"bridged {bridged:.1f} s after the restart"
 
     last: dict[str, Any] = {}
+    progress = {"running": -1, "at": time.monotonic()}
 
     async def converged() -> dict[str, Any] | None:
         last.update(await bridge_state(tenant_api, compute_api, tenant_ns))
+        now = time.monotonic()
+        if last["running"] > progress["running"]:
+            progress.update(running=last["running"], at=now)
+        assert now - progress["at"] <= STALL_S, f"no pod turned Running upstream for {STALL_S} s: {last}"
         return dict(last) if last["running"] == BURST else None
 
     try:
-        final = await eventually(converged, timeout=25 - (time.monotonic() - t0), interval=0.5,
+        final = await eventually(converged, timeout=60 - (time.monotonic() - t0), interval=0.5,
                                  what="all pods Running after restart")
-    except AssertionError:
-        raise AssertionError(f"not all Running upstream 25 s after the restart: {last}") from None
+    except AssertionError as exc:
+        raise AssertionError(f"not all Running upstream after the restart ({exc}): {last}") from None
     elapsed = time.monotonic() - t0
     print(f"\nvnode restart with {mid['missing']} of {BURST} pods unforwarded: ready in {ready:.1f} s, every pod "
           f"bridged once in {bridged:.1f} s, all Running upstream in {elapsed:.1f} s")
