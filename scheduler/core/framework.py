@@ -32,6 +32,8 @@ Extension points and how several plugins' answers combine:
 ``hold_lends``            whether a job that fits nowhere else may start on nodes held for a waiting
                           job *on loan*: it is recalled (notice, grace) as soon as the holder could
                           start without it (``reserve``): any plugin grants
+``loan_recall``           which of the jobs on loan on a holder's nodes (cheapest first) the
+                          holder may recall: each plugin filters what the previous kept
 ``session_open``          per-cycle preparation (e.g. deserved shares)
 ``node_order``            how good a node state is for a request (keys compared highest first,
                           concatenated in plugin order; none registered: tightest fit); the
@@ -68,6 +70,7 @@ VictimOrderFn = Callable[[Job, Job, "Session"], tuple[float, ...]]  # (preemptor
 VictimQueuesFn = Callable[[Job, "Session"], Iterable[tuple[str, int]]]  # (queue, highest victim tier)
 HoldYieldsFn = Callable[[Job, Job, "Session"], bool]  # (waiting job, holder)
 HoldLendsFn = Callable[[Job, Job, "Session"], bool]  # (waiting job, holder)
+LoanRecallFn = Callable[[Job, list[Job], "Session"], list[Job]]  # (holder, loans) -> the recallable ones
 SessionFn = Callable[["Session"], None]
 NodeOrderFn = Callable[[Request, Sequence[Option]], list[tuple[float, ...]]]  # one key per option
 
@@ -116,6 +119,7 @@ class Framework:
         self.victim_queues: list[tuple[str, VictimQueuesFn]] = []
         self.hold_yields: list[tuple[str, HoldYieldsFn]] = []
         self.hold_lends: list[tuple[str, HoldLendsFn]] = []
+        self.loan_recall: list[tuple[str, LoanRecallFn]] = []
         self.session_open: list[tuple[str, SessionFn]] = []
         self.node_order: list[tuple[str, NodeOrderFn]] = []
         self.device_order: list[tuple[str, NodeOrderFn]] = []
@@ -209,6 +213,12 @@ class Framework:
     def lends_hold(self, job: Job, holder: Job, ssn: Session) -> bool:
         """Whether ``job`` may start on loan on the nodes held for ``holder``."""
         return any(fn(job, holder, ssn) for _, fn in self.hold_lends)
+
+    def recallable(self, holder: Job, loans: list[Job], ssn: Session) -> list[Job]:
+        """Which of the ``loans`` on its nodes (cheapest first) ``holder`` may recall."""
+        for _, fn in self.loan_recall:
+            loans = fn(holder, loans, ssn)
+        return loans
 
     @property
     def preempts(self) -> bool:

@@ -8,7 +8,6 @@ from collections.abc import Iterable
 
 from scheduler.core.actions.victims import fewest, tell_to_leave, work_lost
 from scheduler.core.framework import Action, OrderKey, Session
-from scheduler.core.hierarchy import lineage, subtree_total
 from scheduler.core.model import Job, JobPhase, Node
 from scheduler.core.statement import Statement
 
@@ -104,23 +103,10 @@ class Reserve(Action):
             self._recall(holder, held, list(loaners.values()), ssn)
 
     def _recall(self, holder: Job, held: tuple[str, ...], loaners: list[Job], ssn: Session) -> None:
-        """Recall the fewest, cheapest loans the holder needs gone. A job on loan that its queue (or an
-        ancestor) needs for its guarantee stays, as any occupant would: recalling it would only hand the
-        capacity to a reclaim against the holder later."""
+        """Recall the fewest, cheapest loans the holder needs gone, of those the plugins let it recall."""
         sched, now = self.sched, ssn.now
         ssn.refresh_claims()
-        queues = sched.cluster.queues
-        leaving: dict[str, int] = dict(ssn.doomed)
-        recallable: list[Job] = []
-        for job in sorted(loaners, key=lambda j: (work_lost(j, now), j.name)):
-            if job.queue != holder.queue:
-                after = {q.name: subtree_total(queues, leaving, q.name) + job.gpu_allocated()
-                         for q in lineage(queues, job.queue)}
-                if any(q.allocated_gpu - after[q.name] < q.guaranteed_gpu for q in lineage(queues, job.queue)):
-                    continue
-            leaving[job.queue] = leaving.get(job.queue, 0) + job.gpu_allocated()
-            recallable.append(job)
-        loaners = recallable
+        loaners = sched.framework.recallable(holder, sorted(loaners, key=lambda j: (work_lost(j, now), j.name)), ssn)
         if not loaners:
             return
         gang = sched.gang_part(holder)

@@ -10,11 +10,14 @@ before any recall.
 
 A job may go on loan unless its last run was evicted less than ``loan_cooldown_s`` ago (a recalled job
 is not lent again at once, so no job is thrashed between holds), and only to a holder still draining
-(one that already recalls its loans lends nothing more)."""
+(one that already recalls its loans lends nothing more). A job on loan that its queue (or an ancestor)
+needs for its guarantee is not recalled, as no occupant would be: recalling it would only hand the
+capacity to a reclaim against the holder later."""
 
 from __future__ import annotations
 
 from scheduler.core.framework import Framework, Plugin, Session
+from scheduler.core.hierarchy import lineage, subtree_total
 from scheduler.core.model import Job, JobPhase
 
 
@@ -23,7 +26,24 @@ class LendHolds(Plugin):
 
     def register(self, fw: Framework) -> None:
         fw.hold_lends.append((self.name, self.may_borrow))
+        fw.loan_recall.append((self.name, self.beyond_guarantee))
 
     def may_borrow(self, job: Job, holder: Job, ssn: Session) -> bool:
         recently_stopped = job.stopped_at is not None and ssn.now - job.stopped_at < self.sched.config.loan_cooldown_s
         return holder.phase is JobPhase.PENDING and not recently_stopped
+
+    def beyond_guarantee(self, holder: Job, loans: list[Job], ssn: Session) -> list[Job]:
+        """The loans (cheapest first) whose recall keeps every queue of their lineage at or above its
+        guarantee, counting the jobs already told to leave and the loans recalled before them."""
+        queues = self.sched.cluster.queues
+        leaving: dict[str, int] = dict(ssn.doomed)
+        out: list[Job] = []
+        for job in loans:
+            if job.queue != holder.queue:
+                line = lineage(queues, job.queue)
+                if any(q.allocated_gpu - subtree_total(queues, leaving, q.name) - job.gpu_allocated() < q.guaranteed_gpu
+                       for q in line):
+                    continue
+            leaving[job.queue] = leaving.get(job.queue, 0) + job.gpu_allocated()
+            out.append(job)
+        return out
