@@ -479,3 +479,28 @@ def test_a_starving_job_holds_only_nodes_its_node_selector_allows() -> None:
     assert c.jobs["picky"].bypassed
     s.cycle(200)
     assert c.jobs["picky"].reserved_nodes == ("n3",)
+
+
+def test_a_growing_hold_never_takes_a_node_draining_for_another_waiting_gang() -> None:
+    # gangs of three and two 8-GPU pods starve behind a filler; a node held for the younger one empties; when
+    # the older one's hold doubles it takes busy nodes, not that one (it would undo the younger gang's wait)
+    c = cluster([node(f"n{i}", 8) for i in range(1, 7)])
+    s = scheduler(c, reservation_after_s=100.0, max_reserved_fraction=1.0, plugins=NO_LOANS)
+    for i in range(12):
+        s.submit(gang(f"small{i}", "default", 1, 4, submit=0))
+    s.cycle(0)
+    s.submit(gang("older", "default", 3, 8, submit=1))
+    s.submit(gang("younger", "default", 2, 8, submit=2))
+    s.finish("small0")
+    s.submit(gang("filler", "default", 1, 4, submit=3))
+    s.cycle(3)
+    assert c.jobs["older"].bypassed and c.jobs["younger"].bypassed
+    s.cycle(200)
+    older, younger = set(c.jobs["older"].reserved_nodes), set(c.jobs["younger"].reserved_nodes)
+    assert len(older) == 3 and len(younger) == 2 and not older & younger
+    drained = sorted(younger)[0]
+    for job in [j for j in c.jobs.values() if j.phase is JobPhase.RUNNING and j.replicas[0].node == drained]:
+        s.finish(job.name)
+    s.cycle(300)  # both holds double: the older gang wants all six nodes
+    assert drained in c.jobs["younger"].reserved_nodes
+    assert set(c.jobs["older"].reserved_nodes) == {n for n in c.nodes if n not in younger}
