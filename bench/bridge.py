@@ -6,6 +6,11 @@ First the rate the machine sustains for direct submission is measured (a burst o
 as the apiserver takes them, counted to the last one Running); then, at that rate, the same number of
 pods go (a) directly and (b) through the bridge: pods/s from the first create to the last Running and
 p50/p99 from each create call to the pod seen Running by its submitter (the tenant pod for the bridge).
+
+A bridged pod crosses two control planes, and on a small machine they share its cores, so the direct
+rate can be more than the machine can bridge whatever the vnode costs. So the rate the bridge sustains
+is measured too (a burst through the tenant), and both paths are offered 90 % of it: what the bridge
+adds to a pod's latency when the machine is not the limit.
 """
 
 from __future__ import annotations
@@ -154,16 +159,30 @@ async def measure(workdir: Path, pods: int, say: Say, profiles: Path | None = No
         out.append(burst)
         await _clean(compute, "bench")
         rate = max(1.0, round(burst.pods_per_s * 0.9))
-        for bridged, rest in ((False, compute), (True, tenant)):
-            ph = await _phase(planes, rest, "bench", pods, rate, bridged, "p-", folder)
-            say(f"  [bridge] {ph.path} at {rate:.0f} pods/s offered: {ph.pods_per_s:.0f} pods/s, create→Running "
-                f"p50 {ph.p50_ms:.0f} ms p99 {ph.p99_ms:.0f} ms")
-            out.append(ph)
-            await _clean(rest, "bench")
-            if bridged:
-                await _clean(compute, "tenant-1")
+        await _paced(planes, compute, tenant, pods, rate, folder, say, out)
+        bridged_burst = await _phase(planes, tenant, "bench", pods, 0, True, "bb-", folder)
+        say(f"  [bridge] bridged burst: {bridged_burst.pods_per_s:.0f} pods/s sustained to Running")
+        out.append(bridged_burst)
+        await _clean(tenant, "bench")
+        await _clean(compute, "tenant-1")
+        bridge_rate = max(1.0, round(bridged_burst.pods_per_s * 0.9))
+        if bridge_rate < rate:
+            await _paced(planes, compute, tenant, pods, bridge_rate, folder, say, out, "q-")
     finally:
         await compute_api.close()
         await tenant_api.close()
         await asyncio.to_thread(planes.stop)
     return out
+
+
+async def _paced(planes: ControlPlanes, compute: Rest, tenant: Rest, pods: int, rate: float, folder: Path,
+                 say: Say, out: list[Phase], prefix: str = "p-") -> None:
+    """The same pods offered at ``rate``, directly and through the bridge."""
+    for bridged, rest in ((False, compute), (True, tenant)):
+        ph = await _phase(planes, rest, "bench", pods, rate, bridged, prefix, folder)
+        say(f"  [bridge] {ph.path} at {rate:.0f} pods/s offered: {ph.pods_per_s:.0f} pods/s, create→Running "
+            f"p50 {ph.p50_ms:.0f} ms p99 {ph.p99_ms:.0f} ms")
+        out.append(ph)
+        await _clean(rest, "bench")
+        if bridged:
+            await _clean(compute, "tenant-1")
