@@ -20,7 +20,9 @@ class Reserve(Action):
         nodes that should drain soonest. A job nobody passes needs no hold: it gets the next capacity.
 
         Holds are recomputed every cycle: held nodes get no new work, so they only get emptier and
-        normally stay chosen; a node stuck behind a long job is swapped for one that drains sooner."""
+        normally stay chosen; a node stuck behind a long job is swapped for one that drains sooner, but never
+        for one another waiting job held: the emptiest nodes are those another hold drained, and a growing
+        hedge that took them would make that job start draining again."""
         sched, cfg, now = self.sched, self.sched.config, ssn.now
         if cfg.reservation_after_s is None:
             return
