@@ -9,8 +9,9 @@ p50/p99 from each create call to the pod seen Running by its submitter (the tena
 
 A bridged pod crosses two control planes, and on a small machine they share its cores, so the direct
 rate can be more than the machine can bridge whatever the vnode costs. So the rate the bridge sustains
-is measured too (a burst through the tenant), and both paths are offered 90 % of it: what the bridge
-adds to a pod's latency when the machine is not the limit.
+is measured too (a burst through the tenant), and both paths are offered half of it: what the bridge
+adds to a pod's latency when the machine is not the limit (at 90 % of it the two cores are still nearly
+all busy, since a pod costs more CPU when fewer arrive together).
 """
 
 from __future__ import annotations
@@ -165,7 +166,7 @@ async def measure(workdir: Path, pods: int, say: Say, profiles: Path | None = No
         out.append(bridged_burst)
         await _clean(tenant, "bench")
         await _clean(compute, "tenant-1")
-        bridge_rate = max(1.0, round(bridged_burst.pods_per_s * 0.9))
+        bridge_rate = max(1.0, round(bridged_burst.pods_per_s * 0.5))
         if bridge_rate < rate:
             await _paced(planes, compute, tenant, pods, bridge_rate, folder, say, out, "q-")
     finally:

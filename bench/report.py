@@ -223,8 +223,9 @@ def write(out: Path, header: Obj, results: list[Result], phases: list[Phase],
         md += ["", "## Bridge overhead", "", *bridge_table(phases), "",
                "The direct burst measures the rate the machine sustains for pods created straight in the compute "
                "cluster; both paths are then offered 90 % of it. The bridged burst measures the rate the machine "
-               "sustains through the bridge (two control planes on the same cores); where it is lower, both paths "
-               "are offered 90 % of that too. Latency: the create call to the pod seen Running by whoever created "
+               "sustains through the bridge (two control planes on the same cores); both paths are then offered "
+               "half of that too, where the machine is not the limit. Latency: the create call to the pod seen "
+               "Running by whoever created "
                "it (for the bridge, the tenant pod).", *([bound] if (bound := bridge_bound(phases)) else [])]
     if replays:
         r0 = replays[0]
