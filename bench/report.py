@@ -225,7 +225,10 @@ def write(out: Path, header: Obj, results: list[Result], phases: list[Phase],
                "cluster; both paths are then offered 90 % of it. The bridged burst measures the rate the machine "
                "sustains through the bridge (two control planes on the same cores); both paths are then offered "
                "half of that too, where the machine is not the limit. Latency: the create call to the pod seen "
-               "Running by whoever created it (for the bridge, the tenant pod).", *([bound] if (bound := bridge_bound(phases)) else [])]
+               "Running by whoever created it (for the bridge, the tenant pod)."]
+        bound = bridge_bound(phases)
+        if bound:
+            md.append(bound)
     if replays:
         r0 = replays[0]
         md += ["", "## Trace replay on real control planes", "", *replay_table(replays, simulated), "",
