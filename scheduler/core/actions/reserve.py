@@ -47,15 +47,14 @@ class Reserve(Action):
         held = self._gpu_size(sched.reserved_nodes())
         age = self._occupant_age(now)
         waiting = {name for _, name in starving}
+        kept = frozenset(n for other, nodes in previous.items() if other in waiting for n in nodes)
         for _, name in sorted(starving):
             job = jobs[name]
             # The hold doubles with every further threshold period waited, up to max_hold_doublings and
             # within the budget: the longer a job has waited, the more nodes drain for it (the first to
             # empty take it).
             periods = int((now - job.submit_time) // cfg.reservation_after_s) - 1
-            theirs = frozenset(n for other, held_nodes in previous.items() if other != name and other in waiting
-                               for n in held_nodes)
-            nodes = self._pick(job, age, min(periods, cfg.max_hold_doublings), previous.get(name, ()), theirs)
+            nodes = self._pick(job, age, min(periods, cfg.max_hold_doublings), previous.get(name, ()), kept)
             if nodes is None:
                 continue
             size = self._gpu_size(nodes)
@@ -150,12 +149,13 @@ class Reserve(Action):
         return age
 
     def _pick(self, job: Job, age: dict[str, float], extra: int = 0, held: tuple[str, ...] = (),
-              theirs: frozenset[str] = frozenset()) -> tuple[str, ...] | None:
+              kept: frozenset[str] = frozenset()) -> tuple[str, ...] | None:
         """Nodes that should drain soonest for the gang, keeping the ones already held (they only get
         emptier). Run times are heavy-tailed, so a node whose oldest job is young drains first; after
-        ``extra`` doublings the hold is that many times larger, hedging against nodes that do not drain."""
+        ``extra`` doublings the hold is that many times larger, hedging against nodes that do not drain.
+        ``kept``: nodes held last cycle for waiting jobs, which only their own holder picks again."""
         tasks = job.task_by_name
-        taken = set(self.sched.reserved_nodes(except_job=job.name)) | theirs
+        taken = set(self.sched.reserved_nodes(except_job=job.name)) | (kept - set(held))
         need = sorted((tasks[r.task].request for r in job.pending()), key=lambda q: -q.gpu_total)
         if not need:
             return None
