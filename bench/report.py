@@ -47,11 +47,18 @@ def _ratio(a: Result | None, b: Result | None, field: str) -> float | None:
     return None if not y else x / y
 
 
-def bridge_targets(phases: list[Phase]) -> list[Target]:
+def _at_direct_rate(phases: list[Phase]) -> tuple[Phase, Phase] | None:
+    """The direct and the bridged phase offered the direct sustained rate."""
     direct = next((p for p in phases if p.path == "direct" and p.rate > 0), None)
     bridged = next((p for p in phases if p.path == "bridge" and direct is not None and p.rate == direct.rate), None)
-    if direct is None or bridged is None:
+    return (direct, bridged) if direct is not None and bridged is not None else None
+
+
+def bridge_targets(phases: list[Phase]) -> list[Target]:
+    pair = _at_direct_rate(phases)
+    if pair is None:
         return []
+    direct, bridged = pair
     return [Target("bridge / direct pods/s at the direct sustained rate", bridged.pods_per_s / direct.pods_per_s, 0.8),
             Target("bridge p99 create→Running, seconds (absolute)", bridged.p99_ms / 1000, 1.0,
                    higher_is_better=False)]
@@ -60,10 +67,10 @@ def bridge_targets(phases: list[Phase]) -> list[Target]:
 def bridge_bound(phases: list[Phase]) -> str | None:
     """What the machine alone allows where its CPU is the limit: the bridge/direct ratio if the vnode (the
     bridge's own process) cost nothing — every other process's CPU per pod, bridged against direct."""
-    direct = next((p for p in phases if p.path == "direct" and p.rate > 0), None)
-    bridged = next((p for p in phases if p.path == "bridge" and p.rate > 0), None)
-    if direct is None or bridged is None:
+    pair = _at_direct_rate(phases)
+    if pair is None:
         return None
+    direct, bridged = pair
     total_direct, total_bridged = sum(direct.cpu_ms_per_pod.values()), sum(bridged.cpu_ms_per_pod.values())
     vnode = sum(v for k, v in bridged.cpu_ms_per_pod.items() if k.endswith("-vnode"))
     if total_bridged - vnode <= 0:
