@@ -50,7 +50,7 @@ HORIZON = 1.5  # the replay stops this many arrival spans (plus 5 minutes) after
 SAMPLE_S = 0.5  # utilisation and fairness are integrated over samples this far apart
 # Time constants of the scheduler and queues, in trace seconds (``ferry simulate philly``'s values);
 # the replay divides them by the compression factor like every other duration.
-VICTIM_GRACE_S, PREEMPTOR_DELAY_S = 60.0, philly.PREEMPTOR_DELAY_S
+VICTIM_GRACE_S, PREEMPTOR_DELAY_S = philly.VICTIM_GRACE_S, philly.PREEMPTOR_DELAY_S
 
 
 @dataclass(frozen=True, slots=True)

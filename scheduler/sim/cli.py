@@ -38,6 +38,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "queues; VCs dealt out largest first), and report fairness per department too")
     h.add_argument("--las", action="store_true", help="every queue orders its jobs by least attained service and "
                    "every job may checkpoint (Tiresias' assumption): the las plugin added to the policy")
+    h.add_argument("--preemptor-delay", type=float, metavar="SECONDS", help="every tenant queue's "
+                   "preemptorDelaySeconds: how long a job of a queue below its guarantee waits for free capacity "
+                   "before reclaiming (default: the simulated tenants' 300; the Queue CRD's default is 0)")
+    h.add_argument("--victim-grace", type=float, metavar="SECONDS", help="every tenant queue's victimGraceSeconds: "
+                   "the notice a victim gets to checkpoint (default: the simulated tenants' 60)")
     h.add_argument("--json", action="store_true")
     h.add_argument("--plot", type=Path, help="write a PNG: utilization and queue over time, waits per tenant")
     h.add_argument("--strict", action="store_true")
@@ -97,6 +102,10 @@ def run_philly(args: argparse.Namespace) -> int:
         return _fail("--nodes and --gpus-per-node must be positive")
     if args.departments < 0:
         return _fail("--departments must not be negative")
+    delay = philly.PREEMPTOR_DELAY_S if args.preemptor_delay is None else args.preemptor_delay
+    grace = philly.VICTIM_GRACE_S if args.victim_grace is None else args.victim_grace
+    if delay < 0 or grace < 0:
+        return _fail("--preemptor-delay and --victim-grace must not be negative")
     problems = Problems([])
     notes: list[str] = []
     try:
@@ -109,7 +118,8 @@ def run_philly(args: argparse.Namespace) -> int:
         t0 = time.monotonic()
         res = philly.simulate(jobs, vc, args.policy, args.nodes, args.gpus_per_node,
                               progress=lambda s: print(f"ferry: {s}", file=sys.stderr, flush=True), notes=notes,
-                              config=config, departments=args.departments, las=args.las)
+                              config=config, departments=args.departments, las=args.las,
+                              preemptor_delay_s=delay, victim_grace_s=grace)
     except (TraceError, ValueError, OSError) as exc:
         return _fail(str(exc))
     for note in notes[:20]:

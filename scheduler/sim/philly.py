@@ -28,7 +28,11 @@ from scheduler.core.scheduler import Scheduler, SchedulerConfig
 from scheduler.sim.traces import Problems, TraceError, load, parse_int
 
 POLICIES = ("ferry", "fifo", "volcano")
-PREEMPTOR_DELAY_S = 300.0  # a tenant below its guarantee waits this long for capacity before reclaiming
+# The simulated tenants' queue settings (each a Queue field an admin sets; `ferry simulate philly` can change
+# them): a tenant below its guarantee waits this long for free capacity before reclaiming, and a victim
+# gets this notice to checkpoint.
+PREEMPTOR_DELAY_S = 300.0
+VICTIM_GRACE_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +138,8 @@ def entitled(demand: dict[str, float], weight: dict[str, float], dept_of: dict[s
 
 
 def build_cluster(nodes: int, gpus_per_node: int, vc_nodes: dict[str, int], tenants: set[str],
-                  notes: list[str], departments: dict[str, str] | None = None) -> Cluster:
+                  notes: list[str], departments: dict[str, str] | None = None,
+                  preemptor_delay_s: float = PREEMPTOR_DELAY_S, victim_grace_s: float = VICTIM_GRACE_S) -> Cluster:
     half = max(gpus_per_node // 2, 1)
     cluster_nodes = {
         f"node-{i:04d}": Node(f"node-{i:04d}", cpu_milli=10**9, mem_mib=10**9, max_pods=10**6,
@@ -149,12 +154,13 @@ def build_cluster(nodes: int, gpus_per_node: int, vc_nodes: dict[str, int], tena
         share = vc_nodes.get(t, 0) / total_vc
         if t not in vc_nodes:
             notes.append(f"tenant {t} is not in the VC file: no guarantee, it only borrows idle GPUs")
-        queues[t] = Queue(t, guaranteed_gpu=int(capacity * share), weight=max(share, 1e-3), victim_grace_s=60.0,
-                          preemptor_delay_s=PREEMPTOR_DELAY_S)
+        queues[t] = Queue(t, guaranteed_gpu=int(capacity * share), weight=max(share, 1e-3),
+                          victim_grace_s=victim_grace_s, preemptor_delay_s=preemptor_delay_s)
     for t, dept in (departments or {}).items():  # a department: its teams' guarantees and weights together
         if t not in queues:
             continue
-        d = queues.setdefault(dept, Queue(dept, weight=0.0, victim_grace_s=60.0, preemptor_delay_s=PREEMPTOR_DELAY_S))
+        d = queues.setdefault(dept, Queue(dept, weight=0.0, victim_grace_s=victim_grace_s,
+                                          preemptor_delay_s=preemptor_delay_s))
         d.guaranteed_gpu += queues[t].guaranteed_gpu
         d.weight += queues[t].weight
         queues[t].parent = dept
@@ -190,12 +196,14 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
              gpus_per_node: int = 8, progress: Callable[[str], None] | None = None,
              notes: list[str] | None = None, config: SchedulerConfig | None = None,
              departments: int = 0, movable: Callable[[TraceJob], bool] | None = None,
-             las: bool = False) -> PhillyResult:
+             las: bool = False, preemptor_delay_s: float = PREEMPTOR_DELAY_S,
+             victim_grace_s: float = VICTIM_GRACE_S) -> PhillyResult:
     """Replay ``jobs``; with ``departments`` the VCs become teams of that many departments
     (:func:`departments_of`) and fairness is also reported per department; ``movable`` says which jobs
     may be moved by consolidation (all may checkpoint: a move loses the work since its notice). With
     ``las`` every queue orders its jobs by least attained service and every job is movable, as Tiresias
-    assumes (the ``las`` plugin is added to the configuration)."""
+    assumes (the ``las`` plugin is added to the configuration). ``preemptor_delay_s`` and ``victim_grace_s``
+    are every tenant queue's settings of those names."""
     notes = notes if notes is not None else []
     capacity_gpus = nodes * gpus_per_node
     runnable = []
@@ -207,7 +215,10 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
             runnable.append(j)
     tenants = {j.tenant for j in runnable}
     dept_of = departments_of(vc_nodes, departments)
-    cluster = build_cluster(nodes, gpus_per_node, vc_nodes, tenants, notes, dept_of)
+    if preemptor_delay_s < 0 or victim_grace_s < 0:
+        raise ValueError(f"the preemptor delay and the victim grace must not be negative, got {preemptor_delay_s:g} "
+                         f"and {victim_grace_s:g} s")
+    cluster = build_cluster(nodes, gpus_per_node, vc_nodes, tenants, notes, dept_of, preemptor_delay_s, victim_grace_s)
     if las:
         config = with_las(config or SchedulerConfig.preset(policy))
         for q in cluster.queues.values():

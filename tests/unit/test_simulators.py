@@ -174,3 +174,29 @@ def test_the_las_line_of_a_matrix_cell_names_what_it_misses() -> None:
     line = las_verdict({**base, "avg_wait_s": 71.0, "big_jobs_p99_wait_s": 5001.0}, base, base)
     assert line.endswith("MISS avg,big p99")
     assert "avg n/a volcano" in las_verdict(base, {**base, "avg_wait_s": 0.0}, None)
+
+
+def _reclaim_wait(tmp_path: Path, *flags: str) -> float:
+    """Tenant b borrows all of a 2-node cluster; a 1-GPU job of tenant a (guaranteed one node) arrives when
+    b's jobs are past their minimum run and must take its guarantee back; tenant c's arrivals every 10 s are
+    the events the replay cycles on."""
+    rows = ["0,10000,8,b", "0,10000,8,b", "1000,10,1,a", *(f"{t},5,1,c" for t in range(1010, 2000, 10))]
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("timestamp,duration,num_gpus,cluster\n" + "\n".join(rows) + "\n")
+    vc = tmp_path / "vc.csv"
+    vc.write_text("vc,node num\na,1\nb,1\n")
+    out = subprocess.run([sys.executable, "-m", "ferry", "simulate", "philly", "--jobs", str(jobs), "--vc-nodes",
+                          str(vc), "--nodes", "2", "--json", *flags], capture_output=True, text=True, check=True)
+    return float(json.loads(out.stdout)["tenants"]["a"]["avg_wait_s"])
+
+
+def test_simulate_cli_sets_the_tenants_preemptor_delay_and_victim_grace(tmp_path: Path) -> None:
+    default = _reclaim_wait(tmp_path)  # the simulated tenants' 300 s delay, then the victim's 60 s grace
+    assert default >= philly.PREEMPTOR_DELAY_S + philly.VICTIM_GRACE_S
+    at_once = _reclaim_wait(tmp_path, "--preemptor-delay", "0")
+    assert philly.VICTIM_GRACE_S <= at_once < default
+    assert _reclaim_wait(tmp_path, "--preemptor-delay", "0", "--victim-grace", "5") < philly.VICTIM_GRACE_S
+    bad = subprocess.run([sys.executable, "-m", "ferry", "simulate", "philly", "--jobs", str(tmp_path / "jobs.csv"),
+                          "--vc-nodes", str(tmp_path / "vc.csv"), "--victim-grace", "-1"],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "must not be negative" in bad.stderr
