@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.core.actions import ACTIONS
-from scheduler.core.decisions import Bind, CancelEviction, CycleResult, Evict, JobStatus
+from scheduler.core.decisions import Bind, CancelEviction, CycleResult, Evict, JobStatus, NotifyWillEvict
 from scheduler.core.framework import Action, Framework, OrderKey, Plugin, Session, ShapeKey
 from scheduler.core.lifecycle import GpuSecondsAccounting, Hooks, on_replica_done
 from scheduler.core.model import Cluster, Job, JobPhase, Node, Replica, ReplicaPhase, Request, Tier
@@ -434,6 +434,28 @@ class Scheduler:
             if job is not None and job.phase is JobPhase.PENDING and job.reason:
                 result.pending_reasons[name] = job.reason
         return result
+
+    def due(self, result: CycleResult) -> set[float]:
+        """The moments after ``result``'s cycle at which a rule that waits for time may decide differently
+        with nothing else changed: the notified victims' deadlines and, for each job the cycle looked at,
+        the end of its queue's preemptor delay, its next victim search, its reservation's next period and
+        its starvation threshold. The service cycles every period and needs none of this; a simulator that
+        cycles only on arrivals and completions cycles at these moments too, as the service would."""
+        now, cfg, jobs, queues = self.cluster.now, self.config, self.cluster.jobs, self.cluster.queues
+        out = {d.deadline for d in result.decisions if isinstance(d, NotifyWillEvict)}
+        for name in result.pending_reasons:
+            job = jobs.get(name)
+            if job is None or job.phase is not JobPhase.PENDING:
+                continue
+            out.add(job.preempt_retry_at)
+            if job.privileged_since is not None:
+                out.add(job.privileged_since + queues[job.queue].preemptor_delay_s)
+            if cfg.reservation_after_s:
+                periods = (now - job.submit_time) // cfg.reservation_after_s
+                out.add(job.submit_time + (periods + 1) * cfg.reservation_after_s)
+            if cfg.starvation_preempt_after_s is not None:
+                out.add(job.submit_time + cfg.starvation_preempt_after_s)
+        return {t for t in out if t > now}
 
     def reasons(self, result: CycleResult) -> dict[str, str]:
         """Why every pending job waits after ``result``'s cycle: those it looked at, and those it passed over

@@ -33,6 +33,7 @@ POLICIES = ("ferry", "fifo", "volcano")
 # gets this notice to checkpoint.
 PREEMPTOR_DELAY_S = 300.0
 VICTIM_GRACE_S = 60.0
+WAKE = 2  # an event that only makes the replay cycle
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,13 +198,15 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
              notes: list[str] | None = None, config: SchedulerConfig | None = None,
              departments: int = 0, movable: Callable[[TraceJob], bool] | None = None,
              las: bool = False, preemptor_delay_s: float = PREEMPTOR_DELAY_S,
-             victim_grace_s: float = VICTIM_GRACE_S) -> PhillyResult:
+             victim_grace_s: float = VICTIM_GRACE_S, cycle_when_due: bool = False) -> PhillyResult:
     """Replay ``jobs``; with ``departments`` the VCs become teams of that many departments
     (:func:`departments_of`) and fairness is also reported per department; ``movable`` says which jobs
     may be moved by consolidation (all may checkpoint: a move loses the work since its notice). With
     ``las`` every queue orders its jobs by least attained service and every job is movable, as Tiresias
     assumes (the ``las`` plugin is added to the configuration). ``preemptor_delay_s`` and ``victim_grace_s``
-    are every tenant queue's settings of those names."""
+    are every tenant queue's settings of those names. The replay cycles on every arrival and completion;
+    with ``cycle_when_due`` also whenever a rule that waits for time falls due (``Scheduler.due``: a
+    victim's deadline, the end of a preemptor delay, ...), as the service, cycling every period, would."""
     notes = notes if notes is not None else []
     capacity_gpus = nodes * gpus_per_node
     runnable = []
@@ -286,12 +289,15 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
         lj.pending_since = now
         pending += 1
 
+    woken: set[float] = set()  # wake-ups already queued
     while events:
         now = events[0][0]
         account(now)
         ended = False
         while events and events[0][0] == now:
             _, kind, _, name, inc = heapq.heappop(events)
+            if kind == WAKE:
+                continue
             lj = live[name]
             if kind == 1:  # arrival
                 demand[lj.trace.tenant] += lj.trace.gpus
@@ -341,6 +347,11 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
                 lj.started = lj.notice = None
                 submit(name, now)
         timeline.append((now, allocated, pending))
+        if cycle_when_due:
+            for when in sched.due(res) - woken:
+                woken.add(when)
+                heapq.heappush(events, (when, WAKE, seq, "", 0))
+                seq += 1
         if res.decisions or ended:  # the nodes' load changed
             imbalance = node_imbalance(cluster.nodes.values())
 

@@ -201,6 +201,20 @@ def test_preemptor_delay_waits_for_natural_capacity() -> None:
     assert s.cycle(62).of(NotifyWillEvict)
 
 
+def test_the_moments_a_waiting_rule_falls_due_are_reported() -> None:
+    # what a replay that cycles only on arrivals and completions must also cycle on (Scheduler.due)
+    c = cluster([node("n1", 2)], [queue("a", 2, delay=60)])
+    s = scheduler(c, reservation_after_s=None, starvation_preempt_after_s=None)
+    s.submit(gang("el", "a", 2, 1, tier=Tier.ELASTIC))
+    s.cycle(0)
+    s.submit(gang("g", "a", 2, 1, submit=1))
+    assert s.due(s.cycle(1)) == {61.0}  # the end of its queue's preemptor delay
+    res = s.cycle(61)
+    (notice,) = res.of(NotifyWillEvict)
+    assert notice.deadline in s.due(res)  # the victim leaves then, whatever else happens
+    assert s.cycle(notice.deadline).of(Evict)
+
+
 def test_starving_big_gang_gets_a_reservation_while_backfill_continues() -> None:
     # holds as such: without lend-holds a drained held node stays empty (tests/unit/test_lend_holds.py)
     c, s = passed_big_gang(NO_LOANS)

@@ -200,3 +200,15 @@ def test_simulate_cli_sets_the_tenants_preemptor_delay_and_victim_grace(tmp_path
                           "--vc-nodes", str(tmp_path / "vc.csv"), "--victim-grace", "-1"],
                          capture_output=True, text=True)
     assert bad.returncode != 0 and "must not be negative" in bad.stderr
+
+
+def test_philly_cycles_when_a_rule_falls_due_not_only_on_the_next_event() -> None:
+    # tenant b borrows the whole cluster; a's job reclaims at once (no delay) and its victim's grace ends at
+    # t=1060, while the next arrival is at t=3000
+    jobs = _jobs([(0, 10000, 8, "b"), (0, 10000, 8, "b"), (1000, 10, 1, "a"), (3000, 10, 1, "c")])
+    vc = {"a": 1, "b": 1}
+    late = philly.simulate(jobs, vc, "ferry", nodes=2, preemptor_delay_s=0).metrics
+    due = philly.simulate(jobs, vc, "ferry", nodes=2, preemptor_delay_s=0, cycle_when_due=True).metrics
+    assert late["tenants"]["a"]["avg_wait_s"] == 2000.0  # evicted only when c arrived
+    assert due["tenants"]["a"]["avg_wait_s"] == philly.VICTIM_GRACE_S
+    assert due["wasted_gpu_s"] < late["wasted_gpu_s"]  # the victim stopped at its deadline
