@@ -178,7 +178,11 @@ async def test_a_held_node_runs_a_job_on_loan_and_recalls_it_when_the_holder_cou
             await eventually(holding, timeout=30, what="big holding the private node")
             await group("loan", 2)  # fits only on the held node
             await eventually(lambda: _running(core, compute_ns, "loan", 1), timeout=30, what="loan running")
-            assert "on loan on node(s) held for" in await condition("loan")
+
+            async def told_on_loan() -> bool:  # the condition follows the bind: the pod may run first
+                return "on loan on node(s) held for" in await condition("loan")
+
+            await eventually(told_on_loan, timeout=30, what="the loan's Scheduled condition")
             for name in ("occupant-0", "small-0"):
                 await core.delete_namespaced_pod(name, compute_ns, grace_period_seconds=0)
 
