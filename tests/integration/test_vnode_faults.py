@@ -89,7 +89,10 @@ async def test_kill_9_during_a_burst_then_restart_converges_without_duplicates_o
     vnode.wait_ready()
     ready = time.monotonic() - t0
 
+    seen_at = {"poll": 0.0}  # when the poll that saw the converged state began
+
     async def reconciled() -> dict[str, Any] | None:
+        seen_at["poll"] = time.monotonic() - t0
         s = await bridge_state(tenant_api, compute_api, tenant_ns)
         return s if (s["missing"], s["duplicates"], s["orphans"], s["failed"]) == (0, 0, 0, 0) else None
 
@@ -101,8 +104,10 @@ async def test_kill_9_during_a_burst_then_restart_converges_without_duplicates_o
     # 2026-12-02 (the code before that day's changes too), past 25 s late in a full `make test`. What is
     # asserted there catches a stall, not a slowdown: once every pod is bridged, some pod turns Running
     # upstream at least every STALL_S, and all of them within 60 s; the figures are printed.
-    await eventually(reconciled, timeout=15 - ready, interval=0.5, what="one compute pod per tenant pod")
-    bridged = time.monotonic() - t0
+    # Measured when the poll that saw the converged state began: its own listing of both clusters (0.5-1 s
+    # under this load) is the test's time, not the bridge's.
+    await eventually(reconciled, timeout=16 - ready, interval=0.5, what="one compute pod per tenant pod")
+    bridged = seen_at["poll"]
     assert bridged <= 15.5, f"bridged {bridged:.1f} s after the restart"
 
     last: dict[str, Any] = {}
