@@ -107,8 +107,6 @@ def run_philly(args: argparse.Namespace) -> int:
         return _fail("--departments must not be negative")
     delay = philly.PREEMPTOR_DELAY_S if args.preemptor_delay is None else args.preemptor_delay
     grace = philly.VICTIM_GRACE_S if args.victim_grace is None else args.victim_grace
-    if delay < 0 or grace < 0:
-        return _fail("--preemptor-delay and --victim-grace must not be negative")
     problems = Problems([])
     notes: list[str] = []
     try:
