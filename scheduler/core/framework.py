@@ -40,6 +40,12 @@ Extension points and how several plugins' answers combine:
                           placer asks once per state and request shape, so a plugin whose scores
                           change (a new expected workload) calls :meth:`Framework.node_order_changed`
 ``device_order``          which device of a node a GPU share takes (concatenated; then the fullest)
+``due``                   after a cycle, the moments at which a rule of the plugin may decide
+                          differently with nothing else changed (a delay ends, a threshold is
+                          reached), given the waiting jobs the cycle looked at: union, with the
+                          actions' own (:meth:`Action.due`).
+                          The service cycles every period and needs none of this; a replay that cycles
+                          only on arrivals and completions also cycles then, as the service would
 ========================  ===================================================================
 """
 
@@ -73,6 +79,7 @@ HoldLendsFn = Callable[[Job, Job, "Session"], bool]  # (waiting job, holder)
 LoanRecallFn = Callable[[Job, list[Job], "Session"], list[Job]]  # (holder, loans) -> the recallable ones
 SessionFn = Callable[["Session"], None]
 NodeOrderFn = Callable[[Request, Sequence[Option]], list[tuple[float, ...]]]  # one key per option
+DueFn = Callable[[list[Job], float], Iterable[float]]  # (waiting jobs a cycle looked at, now) -> moments
 
 _VERSIONS = itertools.count(1)  # node-order versions, unique across frameworks (a reload makes a new one)
 
@@ -123,6 +130,7 @@ class Framework:
         self.session_open: list[tuple[str, SessionFn]] = []
         self.node_order: list[tuple[str, NodeOrderFn]] = []
         self.device_order: list[tuple[str, NodeOrderFn]] = []
+        self.due: list[tuple[str, DueFn]] = []
         self.node_order_version = next(_VERSIONS)
         self.ties_by_name = False  # a node-order plugin that wants FGD's tie-break (fixed node priority)
 
@@ -247,3 +255,8 @@ class Action:
 
     def execute(self, ssn: Session) -> None:
         raise NotImplementedError
+
+    def due(self, waiting: list[Job], now: float) -> Iterable[float]:
+        """The moments after ``now`` at which this action may decide differently for the ``waiting`` jobs
+        a cycle looked at, with nothing else changed (the framework's ``due`` extension point, for actions)."""
+        return ()

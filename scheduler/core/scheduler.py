@@ -437,24 +437,19 @@ class Scheduler:
 
     def due(self, result: CycleResult) -> set[float]:
         """The moments after ``result``'s cycle at which a rule that waits for time may decide differently
-        with nothing else changed: the notified victims' deadlines and, for each job the cycle looked at,
-        the end of its queue's preemptor delay, its next victim search, its reservation's next period and
-        its starvation threshold. The service cycles every period and needs none of this; a simulator that
-        cycles only on arrivals and completions cycles at these moments too, as the service would."""
-        now, cfg, jobs, queues = self.cluster.now, self.config, self.cluster.jobs, self.cluster.queues
+        with nothing else changed: the notified victims' deadlines, and what the enabled actions and
+        plugins report for each job the cycle looked at (the framework's ``due`` extension point: a
+        preemptor delay's end, the next victim search, a reservation's next period, ...). The service
+        cycles every period and needs none of this; a simulator that cycles only on arrivals and
+        completions cycles at these moments too, as the service would."""
+        now, jobs = self.cluster.now, self.cluster.jobs
         out = {d.deadline for d in result.decisions if isinstance(d, NotifyWillEvict)}
-        for name in result.pending_reasons:
-            job = jobs.get(name)
-            if job is None or job.phase is not JobPhase.PENDING:
-                continue
-            out.add(job.preempt_retry_at)
-            if job.privileged_since is not None:
-                out.add(job.privileged_since + queues[job.queue].preemptor_delay_s)
-            if cfg.reservation_after_s:
-                periods = (now - job.submit_time) // cfg.reservation_after_s
-                out.add(job.submit_time + (periods + 1) * cfg.reservation_after_s)
-            if cfg.starvation_preempt_after_s is not None:
-                out.add(job.submit_time + cfg.starvation_preempt_after_s)
+        waiting = [job for name in result.pending_reasons
+                   if (job := jobs.get(name)) is not None and job.phase is JobPhase.PENDING]
+        for action in self.actions:
+            out.update(action.due(waiting, now))
+        for _, fn in self.framework.due:
+            out.update(fn(waiting, now))
         return {t for t in out if t > now}
 
     def reasons(self, result: CycleResult) -> dict[str, str]:

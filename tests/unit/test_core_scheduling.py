@@ -8,6 +8,7 @@ import pytest
 
 from scheduler.core.decisions import Bind, CancelEviction, Evict, NotifyWillEvict, Shrink
 from scheduler.core.model import JobPhase, ReplicaPhase, Tier
+from scheduler.core.scheduler import PRESETS
 from tests.unit.core_helpers import NO_LOANS, cluster, gang, node, passed_big_gang, queue, scheduler
 
 
@@ -213,6 +214,24 @@ def test_the_moments_a_waiting_rule_falls_due_are_reported() -> None:
     (notice,) = res.of(NotifyWillEvict)
     assert notice.deadline in s.due(res)  # the victim leaves then, whatever else happens
     assert s.cycle(notice.deadline).of(Evict)
+
+
+@pytest.mark.parametrize("preset", ["fifo", "volcano"])
+def test_presets_whose_rules_never_wait_for_time_report_no_moment(preset: str) -> None:
+    # the enabled actions and plugins report their own moments: no reservation periods or starvation
+    # thresholds from a configuration whose reserve action and starvation plugin are off
+    c = cluster([node("n1", 2)], [queue("a", 2, delay=60)])
+    s = scheduler(c, **PRESETS[preset])
+    s.submit(gang("big", "a", 1, 2))
+    s.cycle(0)
+    s.submit(gang("g", "a", 1, 2, submit=1))
+    res = s.cycle(1)
+    assert "g" in res.pending_reasons and s.due(res) == set()
+    ferry = scheduler(cluster([node("n1", 2)], [queue("a", 2, delay=60)]))
+    ferry.submit(gang("big", "a", 1, 2))
+    ferry.cycle(0)
+    ferry.submit(gang("g", "a", 1, 2, submit=1))
+    assert 61.0 in ferry.due(ferry.cycle(1)) and 1801.0 in ferry.due(ferry.cycle(2))  # delay, reservation
 
 
 def test_starving_big_gang_gets_a_reservation_while_backfill_continues() -> None:

@@ -74,8 +74,9 @@ def test_a_demoted_job_waits_behind_fresh_ones_until_the_promote_knob_counts_it_
     s.remove("new")
     s.submit(gang("newer", "team", 1, 4, submit=20))
     s.submit(gang("newest", "team", 1, 8, submit=30))
-    s.cycle(30)
+    res = s.cycle(30)
     assert c.jobs["old"].phase is JobPhase.PENDING  # newer took 4 GPUs; level 0 still first
+    assert 4 * HOUR in s.due(res)  # its promotion: a replay that cycles only on events wakes then too
     s.cycle(4 * HOUR)  # the knob (2) times its 2 h run since it stopped: level 0, and older than newest
     assert c.jobs["old"].attained_gpu_s == 0.0
     s.finish("newer")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
+from collections.abc import Iterable
 
 from scheduler.core.actions.victims import fewest, tell_to_leave, work_lost
 from scheduler.core.decisions import Shrink
@@ -67,6 +68,16 @@ class Preempt(Action):
             attempts += 1
             if not self._try(job, pool, ssn):
                 job.preempt_retry_at = now + cfg.preemption_retry_s
+
+    def due(self, waiting: list[Job], now: float) -> Iterable[float]:
+        """A job's queue's preemptor delay ends; a job's next victim search."""
+        if not self.sched.framework.preempts:
+            return
+        queues = self.sched.cluster.queues
+        for job in waiting:
+            yield job.preempt_retry_at
+            if job.privileged_since is not None:
+                yield job.privileged_since + queues[job.queue].preemptor_delay_s
 
     def _try(self, job: Job, pool: list[Job], ssn: Session) -> bool:
         sched, fw, now = self.sched, self.sched.framework, ssn.now

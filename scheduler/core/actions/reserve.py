@@ -73,6 +73,13 @@ class Reserve(Action):
                           "until they drain; backfill continues elsewhere")
         self._recall_loans(ssn)
 
+    def due(self, waiting: list[Job], now: float) -> Iterable[float]:
+        """A job's next waiting period: it may get a hold, or a bigger one."""
+        after = self.sched.config.reservation_after_s
+        if after is None:
+            return ()
+        return (job.submit_time + ((now - job.submit_time) // after + 1) * after for job in waiting)
+
     def _recall_loans(self, ssn: Session) -> None:
         """A holder that could start on its nodes if the jobs on loan there left recalls them, fewest and
         cheapest: they get their notice and grace, and it waits for them as a preemptor for its victims.

@@ -34,6 +34,7 @@ class LeastAttainedService(Plugin):
         fw.victim_rule.append(("least-attained-service", self.yields))  # the rule names itself in notices
         fw.victim_order.append((self.name, self.victim_order))
         fw.victim_queues.append((self.name, self.queues))
+        fw.due.append((self.name, self.due))
 
     def level(self, attained_gpu_s: float) -> int:
         return bisect.bisect_right(self.sched.config.las_thresholds_gpu_s, attained_gpu_s)
@@ -54,6 +55,13 @@ class LeastAttainedService(Plugin):
         assert job.stopped_at is not None and self.sched.config.las_promote_knob is not None
         ran_s = job.attained_gpu_s * 1000 / max(job.min_gpu(), 1)
         return job.stopped_at + self.sched.config.las_promote_knob * ran_s
+
+    def due(self, waiting: list[Job], now: float) -> tuple[float, ...]:
+        """The next demoted job's promotion, whether or not the cycle looked at it (one passed over for its
+        shape is promoted all the same)."""
+        if not self._due or self._due[0][0] > now:
+            return (self._due[0][0],) if self._due else ()
+        return (min((when for when, _ in self._due if when > now), default=now),)  # some filed this cycle
 
     def promote(self, ssn: Session) -> None:
         """Jobs that waited ``las_promote_knob`` times their run since their last run start afresh."""

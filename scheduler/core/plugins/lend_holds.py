@@ -16,6 +16,8 @@ capacity to a reclaim against the holder later."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from scheduler.core.framework import Framework, Plugin, Session
 from scheduler.core.hierarchy import lineage, subtree_total
 from scheduler.core.model import Job, JobPhase
@@ -27,6 +29,12 @@ class LendHolds(Plugin):
     def register(self, fw: Framework) -> None:
         fw.hold_lends.append((self.name, self.may_borrow))
         fw.loan_recall.append((self.name, self.beyond_guarantee))
+        fw.due.append((self.name, self.due))
+
+    def due(self, waiting: list[Job], now: float) -> Iterable[float]:
+        """An evicted job may go on loan again once its cooldown ends."""
+        cooldown = self.sched.config.loan_cooldown_s
+        return (job.stopped_at + cooldown for job in waiting if job.stopped_at is not None)
 
     def may_borrow(self, job: Job, holder: Job, ssn: Session) -> bool:
         recently_stopped = job.stopped_at is not None and ssn.now - job.stopped_at < self.sched.config.loan_cooldown_s

@@ -10,7 +10,7 @@ one department), and a victim must run on borrowed capacity at every level from 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from scheduler.core.framework import Framework, Plugin, Session
 from scheduler.core.hierarchy import split, subtree_total
@@ -71,6 +71,12 @@ class Reclaim(Plugin):
         fw.victim_rule.append(("fair-share", self.fair_share))
         fw.victim_queues.append((self.name, self.queues))
         fw.hold_yields.append((self.name, self.could_reclaim))
+        fw.due.append((self.name, self.due))
+
+    def due(self, waiting: list[Job], now: float) -> Iterable[float]:
+        """A job's queue's delay before reclaiming ends: held nodes no longer keep it off (``could_reclaim``)."""
+        queues = self.sched.cluster.queues
+        return (job.submit_time + queues[job.queue].preemptor_delay_s for job in waiting)
 
     def within_guarantee(self, preemptor: Job, victim: Job, ssn: Session) -> bool:
         if not lends(preemptor, victim, ssn):

@@ -6,7 +6,7 @@ Only with its queue's reclaim right."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from scheduler.core.framework import Framework, Plugin, Session
 from scheduler.core.model import Job, JobPhase
@@ -20,6 +20,11 @@ class Starvation(Plugin):
         fw.urgent.append((self.name, self.starving))
         fw.victim_rule.append(("starvation", self.overtook))
         fw.victim_queues.append((self.name, self.queues))
+        fw.due.append((self.name, self.due))
+
+    def due(self, waiting: list[Job], now: float) -> Iterable[float]:
+        after = self.sched.config.starvation_preempt_after_s
+        return () if after is None else (job.submit_time + after for job in waiting)
 
     def starving(self, job: Job, ssn: Session) -> bool:
         after = self.sched.config.starvation_preempt_after_s
