@@ -68,6 +68,9 @@ class CycleResult:
     passed_over: dict[tuple[int, str, tuple[Any, ...]], str] = field(default_factory=dict)
     placed_jobs: int = 0
     attempts: int = 0
+    # an action stopped at its per-cycle budget with work left (victim searches, moves): the next cycle
+    # goes on, which the service runs one period later and a replay must also run
+    cut_short: bool = False
 
     def of(self, kind: type) -> list[Decision]:
         return [d for d in self.decisions if isinstance(d, kind)]

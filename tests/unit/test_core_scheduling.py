@@ -216,6 +216,21 @@ def test_the_moments_a_waiting_rule_falls_due_are_reported() -> None:
     assert s.cycle(notice.deadline).of(Evict)
 
 
+def test_a_cycle_that_ran_out_of_victim_searches_says_so_and_the_next_goes_on() -> None:
+    # three privileged queues each want one GPU held by an elastic job; two searches a cycle
+    c = cluster([node(f"n{i}", 1) for i in range(3)], [queue("own"), *(queue(q, privileged=True) for q in "bcd")])
+    s = scheduler(c, preemption_attempts=2, reservation_after_s=None, starvation_preempt_after_s=None)
+    for i in range(3):
+        s.submit(gang(f"el{i}", "own", 1, 1, tier=Tier.ELASTIC))
+    s.cycle(0)
+    for q in "bcd":
+        s.submit(gang(f"job-{q}", q, 1, 1, submit=1))
+    first = s.cycle(1)
+    assert len(first.of(NotifyWillEvict)) == 2 and first.cut_short  # a replay cycles again a period later
+    second = s.cycle(1.5)
+    assert len(second.of(NotifyWillEvict)) == 1 and not second.cut_short
+
+
 @pytest.mark.parametrize("preset", ["fifo", "volcano"])
 def test_presets_whose_rules_never_wait_for_time_report_no_moment(preset: str) -> None:
     # the enabled actions and plugins report their own moments: no reservation periods or starvation

@@ -34,6 +34,7 @@ class Consolidate(Action):
                          key=lambda j: (j.submit_time, j.name))
         for job in waiting[: cfg.preemption_attempts]:
             if budget <= 0:
+                ssn.result.cut_short = True
                 return
             moved = self._try(job, [m for m in movable if m.phase is JobPhase.RUNNING], budget, ssn)
             budget -= moved

@@ -41,6 +41,7 @@ class Preempt(Action):
         attempts = 0  # queue and tier: built when a search first needs it (most cycles none does)
         for _, _, _, name in sorted(candidates):
             if attempts >= cfg.preemption_attempts:
+                ssn.result.cut_short = True
                 return
             job = jobs[name]
             if job.phase is not JobPhase.PENDING:
