@@ -178,9 +178,9 @@ def test_the_las_line_of_a_matrix_cell_names_what_it_misses() -> None:
 
 def _reclaim_wait(tmp_path: Path, *flags: str) -> float:
     """Tenant b borrows all of a 2-node cluster; a 1-GPU job of tenant a (guaranteed one node) arrives when
-    b's jobs are past their minimum run and must take its guarantee back; tenant c's arrivals every 10 s are
-    the events the replay cycles on."""
-    rows = ["0,10000,8,b", "0,10000,8,b", "1000,10,1,a", *(f"{t},5,1,c" for t in range(1010, 2000, 10))]
+    b's jobs are past their minimum run and must take its guarantee back; tenant c's arrivals every 10 s, off
+    the round moments the rules fall due at, are the events an event-only replay cycles on."""
+    rows = ["0,10000,8,b", "0,10000,8,b", "1000,10,1,a", *(f"{t},5,1,c" for t in range(1015, 2000, 10))]
     jobs = tmp_path / "jobs.csv"
     jobs.write_text("timestamp,duration,num_gpus,cluster\n" + "\n".join(rows) + "\n")
     vc = tmp_path / "vc.csv"
@@ -192,7 +192,8 @@ def _reclaim_wait(tmp_path: Path, *flags: str) -> float:
 
 def test_simulate_cli_sets_the_tenants_preemptor_delay_and_victim_grace(tmp_path: Path) -> None:
     default = _reclaim_wait(tmp_path)  # the simulated tenants' 300 s delay, then the victim's 60 s grace
-    assert default >= philly.PREEMPTOR_DELAY_S + philly.VICTIM_GRACE_S
+    assert default == philly.PREEMPTOR_DELAY_S + philly.VICTIM_GRACE_S  # to the second, as the service
+    assert _reclaim_wait(tmp_path, "--event-only") > default  # each waited for the next arrival
     at_once = _reclaim_wait(tmp_path, "--preemptor-delay", "0")
     assert philly.VICTIM_GRACE_S <= at_once < default
     assert _reclaim_wait(tmp_path, "--preemptor-delay", "0", "--victim-grace", "5") < philly.VICTIM_GRACE_S
@@ -207,8 +208,8 @@ def test_philly_cycles_when_a_rule_falls_due_not_only_on_the_next_event() -> Non
     # t=1060, while the next arrival is at t=3000
     jobs = _jobs([(0, 10000, 8, "b"), (0, 10000, 8, "b"), (1000, 10, 1, "a"), (3000, 10, 1, "c")])
     vc = {"a": 1, "b": 1}
-    late = philly.simulate(jobs, vc, "ferry", nodes=2, preemptor_delay_s=0).metrics
-    due = philly.simulate(jobs, vc, "ferry", nodes=2, preemptor_delay_s=0, cycle_when_due=True).metrics
+    late = philly.simulate(jobs, vc, "ferry", nodes=2, preemptor_delay_s=0, cycle_when_due=False).metrics
+    due = philly.simulate(jobs, vc, "ferry", nodes=2, preemptor_delay_s=0).metrics  # the default
     assert late["tenants"]["a"]["avg_wait_s"] == 2000.0  # evicted only when c arrived
     assert due["tenants"]["a"]["avg_wait_s"] == philly.VICTIM_GRACE_S
     assert due["wasted_gpu_s"] < late["wasted_gpu_s"]  # the victim stopped at its deadline
