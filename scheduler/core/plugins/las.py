@@ -59,9 +59,10 @@ class LeastAttainedService(Plugin):
     def due(self, waiting: list[Job], now: float) -> tuple[float, ...]:
         """The next demoted job's promotion, whether or not the cycle looked at it (one passed over for its
         shape is promoted all the same)."""
-        if not self._due or self._due[0][0] > now:
-            return (self._due[0][0],) if self._due else ()
-        return (min((when for when, _ in self._due if when > now), default=now),)  # some filed this cycle
+        if self._due and self._due[0][0] > now:
+            return (self._due[0][0],)  # the heap's head is the earliest
+        later = [when for when, _ in self._due if when > now]  # the head is due at once: the next cycle's
+        return (min(later),) if later else ()
 
     def promote(self, ssn: Session) -> None:
         """Jobs that waited ``las_promote_knob`` times their run since their last run start afresh."""

@@ -23,6 +23,7 @@ class Starvation(Plugin):
         fw.due.append((self.name, self.due))
 
     def due(self, waiting: list[Job], now: float) -> Iterable[float]:
+        """A job's threshold: it then comes first in victim searches."""
         after = self.sched.config.starvation_preempt_after_s
         return () if after is None else (job.submit_time + after for job in waiting)
 
