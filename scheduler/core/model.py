@@ -207,7 +207,9 @@ class Job:
     start_time: float | None = None
     will_evict_deadline: float | None = None
     will_evict_by: str | None = None  # the preemptor
-    privileged_since: float | None = None
+    # when this run began waiting for capacity (the first cycle after it arrived or came back to pending): a
+    # queue's preemptor delay counts from here, for every waiting job alike
+    waiting_since: float | None = None
     last_victim_cycle: int = -10
     last_victim_at: float = float("-inf")
     evictions: int = 0
@@ -240,6 +242,10 @@ class Job:
 
     def pending(self) -> list[Replica]:
         return [r for r in self.replicas if r.phase is ReplicaPhase.PENDING]
+
+    def waited(self, now: float) -> float:
+        """How long this run has waited for capacity (0 before the scheduler's first cycle dated it)."""
+        return 0.0 if self.waiting_since is None else now - self.waiting_since
 
     def gpu_demand(self) -> int:
         """GPU milli of the replicas still pending."""

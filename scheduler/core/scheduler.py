@@ -145,6 +145,7 @@ class Scheduler:
         # preemptor -> victims in WillEvict (dicts, not sets: iteration order must not depend on hashing)
         self.victims: dict[str, dict[str, None]] = defaultdict(dict)
         self._outside: CycleResult = CycleResult()  # decisions taken between cycles, reported by the next
+        self._unstamped: dict[str, None] = {}  # jobs filed as waiting since the last cycle, their wait not yet dated
         # the workload node-order plugins plan for: replicas of the jobs held, by request (or what a
         # simulator says to expect), and how many changes it saw
         self._workload: Counter[Request] = Counter()
@@ -271,7 +272,7 @@ class Scheduler:
             job.attained_gpu_s, job.stopped_at = old.attained_gpu_s, old.stopped_at
         if not old.phase.terminal:
             job.bypassed, job.preempt_retry_at = old.bypassed, old.preempt_retry_at
-            job.privileged_since = old.privileged_since
+            job.waiting_since = old.waiting_since
             job.on_loan_from = old.on_loan_from
             if old.start_time is not None and (job.start_time is None or old.start_time < job.start_time):
                 job.start_time = old.start_time
@@ -299,6 +300,8 @@ class Scheduler:
         slot = (int(job.tier), job.queue, shape_key(job), self.framework.job_key(job))
         bisect.insort(self.pending[slot[0]][slot[1]][slot[2]], (slot[3], job.name))
         self._slot[job.name] = slot
+        if job.waiting_since is None:
+            self._unstamped[job.name] = None
         demand = job.gpu_demand()
         self._slot_gpu[job.name] = demand
         self.pending_gpu[job.queue] += demand
@@ -422,6 +425,7 @@ class Scheduler:
         self.cluster.now = now
         result, self._outside = self._outside, CycleResult()
         ssn = Session(self, now, result)
+        self._date_waits(now)
         for _, prepare in self.framework.session_open:
             prepare(ssn)
         self._evict_due(now, result)
@@ -434,6 +438,16 @@ class Scheduler:
             if job is not None and job.phase is JobPhase.PENDING and job.reason:
                 result.pending_reasons[name] = job.reason
         return result
+
+    def _date_waits(self, now: float) -> None:
+        """Jobs that began waiting since the last cycle began at this one: dated here, not when filed, because
+        between cycles the model's clock is the last cycle's. Costs what arrived, not what waits."""
+        jobs = self.cluster.jobs
+        for name in self._unstamped:
+            job = jobs.get(name)
+            if job is not None and job.waiting_since is None and job.phase in (JobPhase.PENDING, JobPhase.PRIVILEGED):
+                job.waiting_since = now
+        self._unstamped.clear()
 
     def due(self, result: CycleResult) -> set[float]:
         """The moments after ``result``'s cycle at which a rule that waits for time may decide differently
@@ -550,7 +564,7 @@ class Scheduler:
         if was in (JobPhase.PENDING, JobPhase.PRIVILEGED):
             job.phase = JobPhase.RUNNING
             job.start_time = now
-            job.privileged_since = None
+            job.waiting_since = None
             result.placed_jobs += 1
             status = f"all members bound; {note}" if note else "all members bound"
             result.decisions.append(JobStatus(job.name, JobPhase.RUNNING.value, status))

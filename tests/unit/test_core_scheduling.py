@@ -202,6 +202,24 @@ def test_preemptor_delay_waits_for_natural_capacity() -> None:
     assert s.cycle(62).of(NotifyWillEvict)
 
 
+def test_the_preemptor_delay_counts_from_arrival_for_every_job_of_a_burst() -> None:
+    # six one-GPU jobs of a queue within its guarantee arrive together while another queue borrows every GPU;
+    # victim searches look at four jobs of a shape per cycle, yet each job's delay ran from its arrival (the
+    # fifth and sixth used to start theirs only once those ahead of them had left the search, 60 s later)
+    c = cluster([node("n1", 6)], [queue("a", 6, delay=60), queue("b")])
+    s = scheduler(c, reservation_after_s=None, starvation_preempt_after_s=None)
+    for i in range(6):
+        s.submit(gang(f"b{i}", "b", 1, 1))
+    s.cycle(0)
+    for i in range(6):
+        s.submit(gang(f"a{i}", "a", 1, 1, submit=1))
+    first = s.cycle(1)
+    assert "waiting up to 60 s" in first.pending_reasons["a0"] and not first.of(NotifyWillEvict)
+    noticed = {n.job for t in (61.0, 61.5, 62.0) for n in s.cycle(t).of(NotifyWillEvict)}
+    assert noticed == {f"b{i}" for i in range(6)}
+    assert all(c.jobs[f"a{i}"].phase is JobPhase.PRIVILEGED for i in range(6))
+
+
 def test_the_moments_a_waiting_rule_falls_due_are_reported() -> None:
     # what a replay that cycles only on arrivals and completions must also cycle on (Scheduler.due)
     c = cluster([node("n1", 2)], [queue("a", 2, delay=60)])

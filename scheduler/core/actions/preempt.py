@@ -47,9 +47,7 @@ class Preempt(Action):
             if job.phase is not JobPhase.PENDING:
                 continue
             queue = sched.cluster.queues[job.queue]
-            if job.privileged_since is None:
-                job.privileged_since = now
-            if now - job.privileged_since < queue.preemptor_delay_s:
+            if job.waited(now) < queue.preemptor_delay_s:
                 _verdict(job, ssn, f"waiting up to {queue.preemptor_delay_s:g} s for free capacity before "
                          "preempting lower-priority or borrowed jobs (where its queue may)")
                 continue
@@ -77,8 +75,8 @@ class Preempt(Action):
         queues = self.sched.cluster.queues
         for job in waiting:
             yield job.preempt_retry_at
-            if job.privileged_since is not None:
-                yield job.privileged_since + queues[job.queue].preemptor_delay_s
+            if job.waiting_since is not None:
+                yield job.waiting_since + queues[job.queue].preemptor_delay_s
 
     def _try(self, job: Job, pool: list[Job], ssn: Session) -> bool:
         sched, fw, now = self.sched, self.sched.framework, ssn.now
