@@ -26,6 +26,10 @@ from scheduler.core.model import Cluster, Job, JobPhase, Node, Replica, ReplicaP
 from scheduler.core.placement import Placement, Placer
 from scheduler.core.plugins import PLUGINS
 
+# How often the scheduler service cycles at most by default (changes wake it sooner); the Philly replay
+# cycles this long after a cycle an action cut short, as the service would.
+CYCLE_PERIOD_S = 0.5
+
 PRESETS: dict[str, dict[str, Any]] = {
     # guarantees with fair borrowing, reservations against starvation (lent while they drain), whole-job
     # preemption and reclaim

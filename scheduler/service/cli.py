@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from scheduler.core.scheduler import CYCLE_PERIOD_S
+
 if TYPE_CHECKING:
     from kubernetes_asyncio import client
 
@@ -22,7 +24,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--metrics-port", type=int, default=10259)
     p.add_argument("--leader-elect", action="store_true", help="schedule only while holding the Lease")
     p.add_argument("--identity", default=f"{socket.gethostname()}-{os.getpid()}")
-    p.add_argument("--period", type=float, default=0.5, help="seconds between cycles at most")
+    p.add_argument("--period", type=float, default=CYCLE_PERIOD_S, help="seconds between cycles at most")
     p.add_argument("--min-runtime", type=float, default=300.0,
                    help="seconds a job runs before it may be preempted (victim protection)")
     p.add_argument("--reservation-after", type=float, default=1800.0,

@@ -34,7 +34,7 @@ from ferry.kube.informer import Informer, Obj, key_of
 from ferry.kube.rest import Rest, path
 from scheduler.core.balance import node_imbalance
 from scheduler.core.decisions import Bind, CancelEviction, CycleResult, Evict, JobStatus, NotifyWillEvict, Shrink
-from scheduler.core.scheduler import Scheduler, SchedulerConfig
+from scheduler.core.scheduler import CYCLE_PERIOD_S, Scheduler, SchedulerConfig
 from scheduler.service import metrics
 from scheduler.service.accounting import Accountant
 from scheduler.service.mirror import Mirror
@@ -68,7 +68,7 @@ def _now_iso() -> str:
 
 @dataclass
 class ServiceConfig:
-    period_s: float = 0.5  # at most this long between cycles; changes wake it sooner
+    period_s: float = CYCLE_PERIOD_S  # at most this long between cycles; changes wake it sooner
     write_concurrency: int = 64
     # Growing elastic jobs means binding more of their existing pods, which allocation already does;
     # the core's growth step adds replicas, which only simulators can create.

@@ -24,7 +24,7 @@ from scheduler.core.balance import node_imbalance
 from scheduler.core.decisions import Evict, JobStatus, NotifyWillEvict
 from scheduler.core.fairshare import water_fill
 from scheduler.core.model import Cluster, Device, Job, JobPhase, Node, Queue, Request, Task
-from scheduler.core.scheduler import Scheduler, SchedulerConfig
+from scheduler.core.scheduler import CYCLE_PERIOD_S, Scheduler, SchedulerConfig
 from scheduler.sim.traces import Problems, TraceError, load, parse_int
 
 POLICIES = ("ferry", "fifo", "volcano")
@@ -34,7 +34,6 @@ POLICIES = ("ferry", "fifo", "volcano")
 PREEMPTOR_DELAY_S = 300.0
 VICTIM_GRACE_S = 60.0
 WAKE = 2  # an event that only makes the replay cycle
-SERVICE_PERIOD_S = 0.5  # the scheduler service's default period: its next cycle after one cut short
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,7 +352,7 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
         if cycle_when_due:
             due = sched.due(res)
             if res.cut_short:  # an action ran out of its per-cycle budget: the service goes on next period
-                due.add(now + SERVICE_PERIOD_S)
+                due.add(now + CYCLE_PERIOD_S)
             for when in due - woken:
                 woken.add(when)
                 heapq.heappush(events, (when, WAKE, seq, "", 0))
