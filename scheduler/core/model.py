@@ -207,8 +207,8 @@ class Job:
     start_time: float | None = None
     will_evict_deadline: float | None = None
     will_evict_by: str | None = None  # the preemptor
-    # when this run began waiting for capacity (the first cycle after it arrived or came back to pending): a
-    # queue's preemptor delay counts from here, for every waiting job alike
+    # when this run began waiting for capacity (its arrival, or the first cycle after it came back to pending
+    # from an eviction): a queue's preemptor delay counts from here, for every waiting job alike
     waiting_since: float | None = None
     last_victim_cycle: int = -10
     last_victim_at: float = float("-inf")

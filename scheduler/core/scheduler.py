@@ -444,13 +444,16 @@ class Scheduler:
         return result
 
     def _date_waits(self, now: float) -> None:
-        """Jobs that began waiting since the last cycle began at this one: dated here, not when filed, because
-        between cycles the model's clock is the last cycle's. Costs what arrived, not what waits."""
+        """Date the waits of jobs filed since the last cycle. One not evicted here began waiting when it
+        arrived (``submit_time``: its pods' creation, so also a job whose earlier run ended before a restart,
+        and one that waited while the scheduler was down or another was leading); one evicted here began
+        now — dated at the cycle, not when filed, because between cycles the model's clock is the last
+        cycle's. Costs what arrived, not what waits."""
         jobs = self.cluster.jobs
         for name in self._unstamped:
             job = jobs.get(name)
             if job is not None and job.waiting_since is None and job.phase in (JobPhase.PENDING, JobPhase.PRIVILEGED):
-                job.waiting_since = now
+                job.waiting_since = now if job.stopped_at is not None else min(now, job.submit_time)
         self._unstamped.clear()
 
     def due(self, result: CycleResult) -> set[float]:

@@ -220,6 +220,27 @@ def test_the_preemptor_delay_counts_from_arrival_for_every_job_of_a_burst() -> N
     assert all(c.jobs[f"a{i}"].phase is JobPhase.PRIVILEGED for i in range(6))
 
 
+def test_a_model_built_after_a_restart_counts_the_preemptor_delay_from_arrival_and_a_victim_from_its_return() -> None:
+    # a new leader (or a restarted scheduler) builds its model while a job that arrived 50 s ago still waits:
+    # the delay does not start again. A job evicted under this model waits the whole delay from its return.
+    c = cluster([node("n1", 2)], [queue("a", 2, delay=60), queue("b")])
+    s = scheduler(c, reservation_after_s=None, starvation_preempt_after_s=None)
+    s.submit(gang("borrower", "b", 2, 1))
+    s.cycle(0)
+    s.submit(gang("g", "a", 2, 1, submit=0))
+    res = s.cycle(50)
+    assert "waiting up to 60 s" in res.pending_reasons["g"] and not res.of(NotifyWillEvict)
+    assert s.due(res) == {60.0}
+    (notice,) = s.cycle(60).of(NotifyWillEvict)
+    assert notice.job == "borrower"
+    assert s.cycle(notice.deadline).of(Evict)
+    s.remove("borrower")
+    s.submit(gang("borrower", "b", 2, 1, submit=0))  # its new run (arrived at 0 all the same)
+    s.cycle(notice.deadline + 5)
+    assert c.jobs["g"].phase is JobPhase.RUNNING and c.jobs["borrower"].phase is JobPhase.PENDING
+    assert c.jobs["borrower"].waiting_since == notice.deadline + 5
+
+
 def test_the_moments_a_waiting_rule_falls_due_are_reported() -> None:
     # what a replay that cycles only on arrivals and completions must also cycle on (Scheduler.due)
     c = cluster([node("n1", 2)], [queue("a", 2, delay=60)])
