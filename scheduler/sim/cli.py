@@ -135,7 +135,7 @@ def run_philly(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(metrics))
     else:
-        keys = ("avg_wait_s", "p50_wait_s", "p99_wait_s", "max_wait_s", "avg_jct_s", "gpu_utilization",
-                "jain_fairness", "jain_daily_mean", "preemptions", "wasted_gpu_s")
+        keys = ("avg_wait_s", "avg_first_wait_s", "p50_wait_s", "p99_wait_s", "max_wait_s", "avg_jct_s",
+                "gpu_utilization", "jain_fairness", "jain_daily_mean", "preemptions", "wasted_gpu_s")
         print(" ".join(f"{k}={metrics[k]}" for k in keys))
     return 0

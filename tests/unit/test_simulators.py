@@ -167,10 +167,11 @@ def test_simulate_cli_runs_the_services_configuration_file_and_refuses_a_bad_one
 
 
 def test_the_las_line_of_a_matrix_cell_names_what_it_misses() -> None:
-    base = {"avg_wait_s": 100.0, "p99_wait_s": 1000.0, "gpu_utilization": 95.0, "jain_fairness": 1.0,
-            "big_jobs_p99_wait_s": 5000.0, "preemptions": 3, "wasted_gpu_s": 120.0}
-    assert las_verdict({**base, "avg_wait_s": 70.0}, base, base).endswith("avg 0.70x volcano, big p99 5000.0, "
-                                                                          "3 preemptions, 120 GPU-s lost  ok")
+    base = {"avg_wait_s": 100.0, "avg_first_wait_s": 80.0, "p99_wait_s": 1000.0, "gpu_utilization": 95.0,
+            "jain_fairness": 1.0, "big_jobs_p99_wait_s": 5000.0, "preemptions": 3, "wasted_gpu_s": 120.0}
+    line = las_verdict({**base, "avg_wait_s": 70.0, "avg_first_wait_s": 20.0}, base, base)
+    assert line.endswith("avg 0.70x volcano (before first runs 0.25x), big p99 5000.0, 3 preemptions, 120 GPU-s "
+                         "lost  ok")
     line = las_verdict({**base, "avg_wait_s": 71.0, "big_jobs_p99_wait_s": 5001.0}, base, base)
     assert line.endswith("MISS avg,big p99")
     assert "avg n/a volcano" in las_verdict(base, {**base, "avg_wait_s": 0.0}, None)
@@ -213,3 +214,5 @@ def test_philly_cycles_when_a_rule_falls_due_not_only_on_the_next_event() -> Non
     assert late["tenants"]["a"]["avg_wait_s"] == 2000.0  # evicted only when c arrived
     assert due["tenants"]["a"]["avg_wait_s"] == philly.VICTIM_GRACE_S
     assert due["wasted_gpu_s"] < late["wasted_gpu_s"]  # the victim stopped at its deadline
+    # b's jobs started at once; the victim's new run waited again, which only the wait over all runs counts
+    assert due["tenants"]["b"]["avg_first_wait_s"] == 0.0 < due["tenants"]["b"]["avg_wait_s"]
