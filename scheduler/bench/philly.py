@@ -40,7 +40,7 @@ def las_verdict(las: dict[str, float], volcano: dict[str, float], fifo: dict[str
     ratio = f"{las['avg_wait_s'] / volcano['avg_wait_s']:.2f}x" if volcano["avg_wait_s"] else "n/a"
     # the same ratio for the wait before a job's first run alone: what evicted jobs' new runs add is the rest
     first = (f"{las['avg_first_wait_s'] / volcano['avg_first_wait_s']:.2f}x"
-             if volcano.get("avg_first_wait_s") and las.get("avg_first_wait_s") is not None else "n/a")
+             if volcano["avg_first_wait_s"] and las["avg_first_wait_s"] is not None else "n/a")
     return (f"ferry+las {_f(las['avg_wait_s']):>7} {_f(las['p99_wait_s']):>8} {_f(las['gpu_utilization']):>6} "
             f"{_f(las['jain_fairness']):>6} avg {ratio} volcano (before first runs {first}), "
             f"big p99 {las['big_jobs_p99_wait_s']}, "

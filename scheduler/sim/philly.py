@@ -314,7 +314,8 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
                 demand[lj.trace.tenant] -= lj.trace.gpus
                 st = stats[lj.trace.tenant]
                 st.waits.append(lj.waited)
-                st.first_waits.append(lj.waited if lj.first_wait is None else lj.first_wait)
+                assert lj.first_wait is not None, "a job ends only after it started"
+                st.first_waits.append(lj.first_wait)
                 st.jcts.append(now - (lj.trace.submit - t0))
                 done += 1
                 if progress and done % 5000 == 0:
