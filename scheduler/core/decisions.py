@@ -38,6 +38,9 @@ class Evict:
     job: str
     reason: str
     replicas: tuple[tuple[str, int, str], ...]  # (task, index, node) that were running
+    # GPU-seconds its runs received up to now: an adapter keeps them with the job (least attained service
+    # orders its next run by them), so that a scheduler built after a restart still knows them
+    attained_gpu_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -135,6 +135,7 @@ class Scheduler:
     def __init__(self, cluster: Cluster, config: SchedulerConfig | None = None, hooks: Hooks | None = None) -> None:
         self.cluster = cluster
         self.hooks: Hooks = hooks or GpuSecondsAccounting()
+        self._born = cluster.now  # a job stopped before this was evicted under an earlier model (a restart)
         self.placer = Placer(cluster)
         self.cycles = 0
         # tier -> queue -> shape -> sorted [(order key, job)]
@@ -446,14 +447,21 @@ class Scheduler:
     def _date_waits(self, now: float) -> None:
         """Date the waits of jobs filed since the last cycle. One not evicted here began waiting when it
         arrived (``submit_time``: its pods' creation, so also a job whose earlier run ended before a restart,
-        and one that waited while the scheduler was down or another was leading); one evicted here began
-        now — dated at the cycle, not when filed, because between cycles the model's clock is the last
-        cycle's. Costs what arrived, not what waits."""
+        and one that waited while the scheduler was down or another was leading) or, if later, when an
+        earlier model evicted it (``stopped_at`` kept by the adapter); one evicted here began now — dated at
+        the cycle, not when filed, because between cycles the model's clock is the last cycle's. Costs what
+        arrived, not what waits."""
         jobs = self.cluster.jobs
         for name in self._unstamped:
             job = jobs.get(name)
-            if job is not None and job.waiting_since is None and job.phase in (JobPhase.PENDING, JobPhase.PRIVILEGED):
-                job.waiting_since = now if job.stopped_at is not None else min(now, job.submit_time)
+            if job is None or job.waiting_since is not None or job.phase not in (JobPhase.PENDING,
+                                                                                 JobPhase.PRIVILEGED):
+                continue
+            stopped = job.stopped_at
+            if stopped is not None and stopped >= self._born:
+                job.waiting_since = now
+            else:
+                job.waiting_since = min(now, max(job.submit_time, stopped if stopped is not None else job.submit_time))
         self._unstamped.clear()
 
     def due(self, result: CycleResult) -> set[float]:
@@ -512,7 +520,7 @@ class Scheduler:
         job.evictions += 1
         job.will_evict_deadline = None
         self._end(job, JobPhase.EVICTED, reason)
-        result.decisions.append(Evict(job.name, reason, ran))
+        result.decisions.append(Evict(job.name, reason, ran, job.attained_gpu_s))
 
     def cancel_victim(self, name: str, reason: str, result: CycleResult) -> None:
         victim = self.cluster.jobs.get(name)

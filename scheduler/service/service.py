@@ -17,7 +17,7 @@ import datetime as dt
 import math
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -39,7 +39,13 @@ from scheduler.service import metrics
 from scheduler.service.accounting import Accountant
 from scheduler.service.mirror import Mirror
 from scheduler.service.settings import SettingsFile
-from scheduler.service.snapshot import GangCounts, Snapshot, namespace_conflicts, queue_problems
+from scheduler.service.snapshot import (
+    GangCounts,
+    Snapshot,
+    evicted_status,
+    namespace_conflicts,
+    queue_problems,
+)
 
 GROUP, VERSION = "scheduling.kubeferry.io", "v1alpha1"
 IDLE_PERIODS = 5  # with nothing new, a cycle every this many periods
@@ -325,10 +331,14 @@ class SchedulerService:
         draining: dict[str, list[asyncio.Future[bool]]] = {}
         for d in result.decisions:
             if isinstance(d, Evict | Shrink):
+                only: set[tuple[str, int]] | None = None
+                kept: Obj | None = None  # what the PodGroup keeps of an evicted job for its next run
                 if isinstance(d, Evict):
                     metrics.EVICTIONS.inc()
-                only = None if isinstance(d, Evict) else {(t, i) for t, i, _ in d.replicas}
-                eviction = asyncio.ensure_future(self._evict(snap, d.job, only, d.reason))
+                    kept = evicted_status(d.attained_gpu_s, time.time())
+                else:
+                    only = {(t, i) for t, i, _ in d.replicas}
+                eviction = asyncio.ensure_future(self._evict(snap, d.job, only, d.reason, kept))
                 writes.append(eviction)
                 for _, _, node in d.replicas:
                     draining.setdefault(node, []).append(eviction)
@@ -509,9 +519,11 @@ class SchedulerService:
         writes.append(self._job_status(snap, d.job, "Running", "Evicting", "False", "EvictionCancelled", d.reason))
         await asyncio.gather(*writes)
 
-    async def _evict(self, snap: Snapshot, job: str, only: set[tuple[str, int]] | None, reason: str) -> bool:
+    async def _evict(self, snap: Snapshot, job: str, only: set[tuple[str, int]] | None, reason: str,
+                     kept: Obj | None) -> bool:
         """Evict through the Eviction API (honouring the pods' grace periods): the whole job, or some replicas.
-        True when every eviction was accepted."""
+        A whole job's PodGroup status keeps ``kept`` (the GPU-seconds it received, and when), for its next run
+        under a scheduler that may have restarted meanwhile. True when every eviction was accepted."""
         writes: list[Awaitable[Any]] = []
         evictions: list[Awaitable[bool]] = []
         for (task, index), pod in snap.pods_of.get(job, {}).items():
@@ -524,7 +536,7 @@ class SchedulerService:
             evictions.append(self._guard("evict", self.core_api.create_namespaced_pod_eviction(
                 meta["name"], meta["namespace"], body, _preload_content=False), meta["namespace"]))
         if only is None:
-            writes.append(self._job_status(snap, job, "Evicted", "Evicting", "True", "Preempted", reason))
+            writes.append(self._job_status(snap, job, "Evicted", "Evicting", "True", "Preempted", reason, kept))
         accepted: list[bool] = list(await asyncio.gather(*evictions))
         await asyncio.gather(*writes)
         return all(accepted)
@@ -562,12 +574,12 @@ class SchedulerService:
         await self._guard("event", self.core_api.create_namespaced_event(meta["namespace"], body), meta["namespace"])
 
     async def _job_status(self, snap: Snapshot, job: str, phase: str, ctype: str, status: str, reason: str,
-                          message: str) -> None:
+                          message: str, extra: Mapping[str, Any] | None = None) -> None:
         group = snap.group_of.get(job)
         if group is None:
             return
         counts = snap.counts.get(job, GangCounts())
-        st: dict[str, Any] = {"phase": phase, **counts.status(),
+        st: dict[str, Any] = {"phase": phase, **counts.status(), **(extra or {}),
                               "conditions": [{"type": ctype, "status": status, "reason": reason,
                                               "message": message[:1024], "lastTransitionTime": _now_iso()}]}
         if phase == "Running":  # its members were just assumed bound; the snapshot predates that

@@ -8,10 +8,11 @@ PodGroup, queues from Queue objects, and the resources that pods of other schedu
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple
 
 from ferry.keys import (
@@ -49,6 +50,9 @@ from scheduler.core.model import (
 )
 
 DEFAULT_QUEUE = "default"
+# PodGroup status fields the service writes at an eviction and reads back when it builds its model
+ATTAINED_STATUS = "attainedGpuSeconds"
+EVICTED_AT_STATUS = "lastEvictionTime"
 
 Obj = dict[str, Any]
 
@@ -365,6 +369,10 @@ class JobShape:
     started: float | None  # when it last started: its PodGroup's scheduledTime, else its pods' start
     depends_on: tuple[Dependency, ...] = ()
     movable: bool = False
+    # what its earlier runs received and when the last was evicted: its PodGroup's status, which the service
+    # writes at each eviction (least attained service orders by them; a restarted scheduler reads them back)
+    attained_gpu_s: float = 0.0
+    stopped_at: float | None = None
 
 
 @dataclass
@@ -406,7 +414,7 @@ def _job(name: str, pods: list[Obj], group: Obj | None, ns_queue: dict[str, str]
               replicas=[Replica(t, i, ReplicaPhase.BOUND if node else ReplicaPhase.PENDING, node, devices)
                         for t, i, node, devices in shape.replicas],
               elastic_max=shape.elastic_max, main_task=shape.main_task, depends_on=shape.depends_on,
-              movable=shape.movable)
+              movable=shape.movable, attained_gpu_s=shape.attained_gpu_s, stopped_at=shape.stopped_at)
     if job.bound():
         job.start_time = shape.started
     if shape.will_evict_at and job.bound():
@@ -475,7 +483,9 @@ def _shape(pods: list[Obj], group: Obj | None, namespace_queue: str | None) -> J
     created = min((p["metadata"].get("creationTimestamp", "") for p in pods), default="")
     bound = [p["metadata"].get("annotations", {}) for p in pods if p.get("spec", {}).get("nodeName")]
     # The later of the two: a PodGroup's scheduledTime may be an earlier incarnation's until it is rewritten.
-    scheduled = ((group or {}).get("status") or {}).get("scheduledTime") or ""
+    gstatus = (group or {}).get("status") or {}
+    scheduled = gstatus.get("scheduledTime") or ""
+    evicted = gstatus.get(EVICTED_AT_STATUS) or ""
     started = max(scheduled, min((t for p in pods if p.get("spec", {}).get("nodeName")
                                   and (t := (p.get("status") or {}).get("startTime"))), default=""))
     return JobShape(
@@ -491,7 +501,15 @@ def _shape(pods: list[Obj], group: Obj | None, namespace_queue: str | None) -> J
         depends_on=dependencies(pods[0]["metadata"]["namespace"], gspec.get("dependsOn")),
         movable=any((o["metadata"].get("annotations") or {}).get(MOVABLE_ANNOTATION) == "true"
                     for o in (*pods, *([group] if group else []))),
+        attained_gpu_s=float(gstatus.get(ATTAINED_STATUS) or 0.0), stopped_at=_ts(evicted) if evicted else None,
     )
+
+
+def evicted_status(attained_gpu_s: float, at: float) -> Obj:
+    """What a PodGroup's status keeps of an evicted gang for its next run (read back by :func:`build`).
+    The GPU-seconds are rounded down, so that a live model's own figure stays the larger."""
+    when = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {ATTAINED_STATUS: math.floor(attained_gpu_s * 1000) / 1000, EVICTED_AT_STATUS: when}
 
 
 def group_phase(group: Obj | None) -> JobPhase | None:

@@ -239,6 +239,14 @@ async def test_guaranteed_gang_preempts_elastic_job_after_its_grace(
             [(p.metadata.name, p.spec.node_name, p.metadata.deletion_timestamp) for p in left]
         events = (await core.list_namespaced_event(compute_ns, field_selector="involvedObject.name=el-0")).items
         assert {"Preempting", "Preempted"} <= {e.reason for e in events}
+
+        async def kept() -> dict[str, Any] | None:  # for its next run, under this scheduler or a restarted one
+            status = (await custom.get_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", "el")
+                      ).get("status") or {}
+            return status if status.get("lastEvictionTime") else None
+
+        status = await eventually(kept, timeout=10, what="the evicted gang's PodGroup keeps what it received")
+        assert status["attainedGpuSeconds"] >= 8 * 6  # 8 GPUs, running at least through its 6 s of grace
     finally:
         await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
 

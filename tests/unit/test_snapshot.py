@@ -7,7 +7,14 @@ from typing import Any
 
 from scheduler.core.model import ReplicaPhase
 from scheduler.service.service import namespace_condition
-from scheduler.service.snapshot import ShapeCache, build, build_queue, namespace_conflicts, namespace_queues
+from scheduler.service.snapshot import (
+    ShapeCache,
+    build,
+    build_queue,
+    evicted_status,
+    namespace_conflicts,
+    namespace_queues,
+)
 
 NODES = {"n0": {"metadata": {"name": "n0", "labels": {}},
                 "status": {"allocatable": {"cpu": "8", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "8"},
@@ -123,3 +130,44 @@ def test_a_queue_asks_for_least_attained_service_under_preemption() -> None:
     spec = {"guaranteed": {"gpu": "8"}, "preemption": {"leastAttainedService": True}}
     assert build_queue({"metadata": {"name": "team"}, "spec": spec}).least_attained_service
     assert not build_queue({"metadata": {"name": "team"}, "spec": {}}).least_attained_service
+
+
+def test_a_model_built_after_a_restart_knows_what_an_evicted_gang_received_from_its_podgroup() -> None:
+    """Least attained service across a restart: the service writes :func:`evicted_status` (from the
+    eviction decision) into the PodGroup, and a model built from the objects later orders the gang's next
+    run by it. Without it the returning long runner would count as fresh and, being older, go first."""
+    from scheduler.core.decisions import Evict
+    from scheduler.core.model import JobPhase
+    from scheduler.core.scheduler import PRESETS, Scheduler, SchedulerConfig
+
+    t0 = 1795946400.0  # 2026-11-29T10:00:00Z
+    evict = Evict("ns/g", "least-attained-service by ns/x", (("worker", 0, "n0"),), 8 * 7200.5)
+    kept = evicted_status(evict.attained_gpu_s, t0 + 50.7)
+    assert kept == {"attainedGpuSeconds": 57604.0, "lastEvictionTime": "2026-11-29T10:00:50Z"}
+
+    def member(name: str, group: str, created: str) -> dict[str, Any]:
+        p = pod(name, gpus="8")
+        p["metadata"].update(labels={"kubeferry.io/pod-group": group}, creationTimestamp=created)
+        return p
+
+    pods = {"ns/back": member("back", "g", "2026-11-29T10:01:40Z"),  # the operator's new pod, after the eviction
+            "ns/fresh": member("fresh", "h", "2026-11-29T10:03:20Z")}  # a newcomer of the same queue
+    queues = {"team": {"metadata": {"name": "team"},
+                       "spec": {"guaranteed": {"gpu": "8"}, "preemption": {"leastAttainedService": True}}}}
+    config = SchedulerConfig(plugins=(*PRESETS["ferry"]["plugins"], "las"), las_thresholds_gpu_s=(3600.0, 36000.0))
+
+    def first_to_run(status: dict[str, Any]) -> tuple[str, Scheduler]:
+        spec = {"minMember": 1, "queue": "team"}
+        groups = {"ns/g": {"metadata": {"name": "g", "namespace": "ns"}, "spec": spec, "status": status},
+                  "ns/h": {"metadata": {"name": "h", "namespace": "ns"}, "spec": spec}}
+        snap = build(NODES, pods, groups, queues, t0 + 300)
+        sched = Scheduler(snap.cluster, config)
+        sched.cycle(t0 + 300)
+        [running] = [n for n, j in snap.cluster.jobs.items() if j.phase is JobPhase.RUNNING]
+        return running, sched
+
+    running, sched = first_to_run({"phase": "Evicted", **kept})
+    returned = sched.cluster.jobs["ns/g"]
+    assert running == "ns/h" and returned.attained_gpu_s == 57604.0 and returned.stopped_at == t0 + 50
+    assert returned.waiting_since == t0 + 100  # its wait: from its return (after the eviction), not from now
+    assert first_to_run({"phase": "Evicted"})[0] == "ns/g"  # nothing kept: it counts as fresh, and is older
