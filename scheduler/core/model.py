@@ -145,6 +145,11 @@ class Queue:
     # its movable jobs are ordered by the GPU time they received (the las plugin): the least first, and
     # long runners yield to newcomers
     least_attained_service: bool = False
+    # fair-over-time's usage: GPU milli-seconds decayed with the half-life, and when last brought up to date
+    # (None: not yet). Kept on the model, not in the plugin, so that a new configuration keeps it; an adapter
+    # seeds it from what it recorded when it builds a model after a restart.
+    recent_usage: float = 0.0
+    usage_at: float | None = None
     allocated_gpu: int = 0  # milli, its own jobs' and its descendants', kept by the core's accounting
     own_gpu: int = 0  # milli, its own jobs'
 

@@ -34,17 +34,20 @@ from ferry.kube.informer import Informer, Obj, key_of
 from ferry.kube.rest import Rest, path
 from scheduler.core.balance import node_imbalance
 from scheduler.core.decisions import Bind, CancelEviction, CycleResult, Evict, JobStatus, NotifyWillEvict, Shrink
+from scheduler.core.model import Queue
 from scheduler.core.scheduler import CYCLE_PERIOD_S, Scheduler, SchedulerConfig
 from scheduler.service import metrics
 from scheduler.service.accounting import Accountant
 from scheduler.service.mirror import Mirror
 from scheduler.service.settings import SettingsFile
 from scheduler.service.snapshot import (
+    RECENT_USAGE_STATUS,
     GangCounts,
     Snapshot,
     evicted_status,
     namespace_conflicts,
     queue_problems,
+    usage_status,
 )
 
 GROUP, VERSION = "scheduling.kubeferry.io", "v1alpha1"
@@ -64,6 +67,7 @@ EXPLANATION_WRITERS = 8
 # the recount reads every job and node. The next one carries the latest numbers (a cycle runs at least
 # every IDLE_PERIODS periods).
 QUEUE_STATUS_EVERY_S = 1.0
+USAGE_RECORD_EVERY_S = 60.0  # a Queue's recorded usage changes every cycle but matters over hours
 _NUMBER = re.compile(r"\d+(\.\d+)?")
 log = structlog.get_logger("ferry.scheduler")
 
@@ -109,6 +113,7 @@ class SchedulerService:
         # job -> (PodGroup UID, reason, message, when) last written: Events are not repeated
         self._said: dict[str, tuple[str, str, str, float]] = {}
         self._queue_status: dict[str, dict[str, Any]] = {}  # Queue UID -> the status last written
+        self._usage_recorded: dict[str, tuple[float, Obj]] = {}  # Queue UID -> (when, the usage put in its status)
         self._reported_at = -math.inf  # when Queue status and the gauges were last recounted
         # shared by every write, handed out in turn by namespace (each belongs to one tenant's Queue): a
         # tenant whose 400 bindings are queued does not hold up another tenant's one
@@ -284,13 +289,30 @@ class SchedulerService:
                     (obj.get("spec") or {}).get("parent"), tree.get(q.name)),
             }
             uid = str(obj["metadata"].get("uid", ""))  # a Queue deleted and made again is a new object
+            usage = self._usage_to_record(uid, q)
+            if usage is not None:
+                status[RECENT_USAGE_STATUS] = usage
             if self._queue_status.get(uid) != status:
                 writes += self._report(f"queue {uid}", partial(self._write_queue_status, q.name, uid, status))
         live = {str(o["metadata"].get("uid", "")) for o in self.queues.store.values()}
         for gone in [u for u in self._queue_status if u not in live]:
             del self._queue_status[gone]
+        for gone in [u for u in self._usage_recorded if u not in live]:
+            del self._usage_recorded[gone]
         if writes:
             await asyncio.gather(*writes)
+
+    def _usage_to_record(self, uid: str, queue: Queue) -> Obj | None:
+        """The queue's usage for its status, refreshed every USAGE_RECORD_EVERY_S only (a scheduler built
+        after a restart continues from it; a minute's drift is nothing beside a half-life of hours)."""
+        had = self._usage_recorded.get(uid)
+        now_m = time.monotonic()
+        if had is not None and now_m - had[0] < USAGE_RECORD_EVERY_S:
+            return had[1]
+        fresh = usage_status(queue)
+        if fresh is not None:
+            self._usage_recorded[uid] = (now_m, fresh)
+        return fresh
 
     async def _write_queue_status(self, name: str, uid: str, status: dict[str, Any]) -> None:
         """Remember a status only once written: one lost to an outage is written again next cycle."""

@@ -53,6 +53,8 @@ DEFAULT_QUEUE = "default"
 # PodGroup status fields the service writes at an eviction and reads back when it builds its model
 ATTAINED_STATUS = "attainedGpuSeconds"
 EVICTED_AT_STATUS = "lastEvictionTime"
+# the Queue status field that keeps fair-over-time's usage for a scheduler built after a restart
+RECENT_USAGE_STATUS = "recentUsage"
 
 Obj = dict[str, Any]
 
@@ -195,7 +197,22 @@ def build_queue(obj: Obj) -> Queue:
         victim_grace_s=float(pre.get("victimGraceSeconds", 30)),
         parent=spec.get("parent") or None,
         least_attained_service=bool(pre.get("leastAttainedService", False)),
+        **recorded_usage((obj.get("status") or {}).get(RECENT_USAGE_STATUS)),
     )
+
+
+def usage_status(queue: Queue) -> Obj | None:
+    """What a Queue's status keeps of its fair-over-time usage (None: no usage kept for it)."""
+    if queue.usage_at is None:
+        return None
+    return {"gpuSeconds": round(queue.recent_usage / GPU_MILLI, 1), "time": _iso(queue.usage_at)}
+
+
+def recorded_usage(status: Obj | None) -> dict[str, Any]:
+    """The Queue fields :func:`usage_status` wrote, for a model built after a restart (nothing if absent)."""
+    if not status or not status.get("time"):
+        return {}
+    return {"recent_usage": float(status.get("gpuSeconds") or 0.0) * GPU_MILLI, "usage_at": _ts(status["time"])}
 
 
 class Filed(NamedTuple):
@@ -508,8 +525,7 @@ def _shape(pods: list[Obj], group: Obj | None, namespace_queue: str | None) -> J
 def evicted_status(attained_gpu_s: float, at: float) -> Obj:
     """What a PodGroup's status keeps of an evicted gang for its next run (read back by :func:`build`).
     The GPU-seconds are rounded down, so that a live model's own figure stays the larger."""
-    when = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {ATTAINED_STATUS: math.floor(attained_gpu_s * 1000) / 1000, EVICTED_AT_STATUS: when}
+    return {ATTAINED_STATUS: math.floor(attained_gpu_s * 1000) / 1000, EVICTED_AT_STATUS: _iso(at)}
 
 
 def group_phase(group: Obj | None) -> JobPhase | None:
@@ -528,6 +544,10 @@ def dependencies(namespace: str, value: Any) -> tuple[Dependency, ...]:
             raise BadSpec(f"dependsOn {item.get('name')!r}: phase {phase!r} is not Running or Succeeded")
         out.append(Dependency(f"{namespace}/{item['name']}", JobPhase(phase)))
     return tuple(out)
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _ts(text: str) -> float:

@@ -198,3 +198,36 @@ async def test_a_held_node_runs_a_job_on_loan_and_recalls_it_when_the_holder_cou
             assert not await _running(core, compute_ns, "loan", 1)  # evicted: the holder has the whole node
     finally:
         await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
+
+
+async def test_a_scheduler_that_starts_continues_the_usage_its_queues_recorded(
+        planes: ControlPlanes, ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str,
+        private_node: str, tmp_path: Path) -> None:
+    """fair-over-time: a Queue's status keeps its decayed usage, and a scheduler that starts (a restart, a
+    new leader) continues from it, decayed over the time since, rather than from nothing."""
+    from scheduler.core.scheduler import PRESETS
+
+    core, custom = client.CoreV1Api(compute_api), client.CustomObjectsApi(compute_api)
+    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
+    plugins = ", ".join("fair-over-time" if p == "guarantee" else p for p in PRESETS["ferry"]["plugins"])
+    conf = tmp_path / "config.yaml"
+    conf.write_text(f"plugins: [{plugins}]\nusageHalfLifeSeconds: 86400\n")
+    queue = f"u-{compute_ns}"
+    await _make_queue(custom, queue, compute_ns)
+    an_hour_ago = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    await custom.patch_cluster_custom_object_status(GROUP, VERSION, "queues", queue, {"status": {
+        "recentUsage": {"gpuSeconds": 100_000, "time": an_hour_ago}}}, _content_type="application/merge-patch+json")
+    try:
+        with configured_scheduler(planes, ferry_scheduler, conf, f"{compute_ns}/scheduler-config"):
+            await core.create_namespaced_pod(compute_ns, pod("user", compute_ns, queue=queue))
+
+            async def recorded() -> dict[str, Any] | None:
+                q = await custom.get_cluster_custom_object(GROUP, VERSION, "queues", queue)
+                usage = (q.get("status") or {}).get("recentUsage") or {}
+                return usage if usage.get("time") not in (None, an_hour_ago) else None
+
+            usage = await eventually(recorded, timeout=30, what="the queue's usage recorded by the scheduler")
+            # an hour of a one-day half-life: x 0.9715 (plus at most a minute of one GPU); from nothing: ~0
+            assert 96_500 <= usage["gpuSeconds"] <= 97_500, usage
+    finally:
+        await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -70,3 +71,45 @@ def test_daily_spans_and_jain() -> None:
     assert jain_index([1.0, 1.0, 1.0]) == pytest.approx(1.0)
     assert jain_index([1.0, 0.0]) == pytest.approx(0.5)
     assert jain_index([]) == 1.0
+
+
+def _a_used_the_node_for_half_an_hour(sched: Scheduler) -> None:
+    sched.submit(_whole_node("a-old", "a", 0.0))
+    sched.cycle(0.0)
+    sched.cycle(HOUR / 2)
+    sched.finish("a-old", JobPhase.SUCCEEDED)
+
+
+def test_a_new_configuration_keeps_the_usage_counted_so_far() -> None:
+    """Plugins register anew when the configuration changes (a ConfigMap edit): the usage lives on the
+    queues, so the queue that used the node still yields afterwards."""
+    sched = _one_node(("priority", "fair-over-time", "capacity"))
+    _a_used_the_node_for_half_an_hour(sched)
+    sched.configure(dataclasses.replace(sched.config, victim_cooldown_s=sched.config.victim_cooldown_s + 1))
+    sched.submit(_whole_node("a-new", "a", HOUR - 1))
+    sched.submit(_whole_node("b-new", "b", HOUR))
+    assert [d.job for d in sched.cycle(HOUR).of(Bind)] == ["b-new"]
+    assert sched.cluster.queues["a"].recent_usage > 0 and sched.cluster.queues["b"].recent_usage == 0
+
+
+def test_a_model_built_after_a_restart_continues_from_the_recorded_usage() -> None:
+    """The service records each queue's usage in its status (:func:`usage_status`) and a new model starts
+    from it (:func:`recorded_usage`), decayed over the time since it was recorded."""
+    from scheduler.service.snapshot import recorded_usage, usage_status
+
+    before = _one_node(("priority", "fair-over-time", "capacity"))
+    _a_used_the_node_for_half_an_hour(before)
+    before.cycle(HOUR / 2 + 1)
+    recorded = {q: usage_status(before.cluster.queues[q]) for q in ("a", "b")}
+    assert recorded["a"] is not None and recorded["a"]["gpuSeconds"] == pytest.approx(
+        decayed(0.0, 8000.0, HOUR / 2, HOUR) / 1000 * 2 ** (-1 / HOUR), abs=0.1)
+
+    after = _one_node(("priority", "fair-over-time", "capacity"))
+    for name, queue in after.cluster.queues.items():
+        for key, value in recorded_usage(recorded[name]).items():
+            setattr(queue, key, value)
+    after.submit(_whole_node("a-new", "a", HOUR - 1))
+    after.submit(_whole_node("b-new", "b", HOUR))
+    assert [d.job for d in after.cycle(HOUR).of(Bind)] == ["b-new"]  # a fresh model would start a (by name)
+    assert after.cluster.queues["a"].recent_usage == pytest.approx(
+        recorded["a"]["gpuSeconds"] * 1000 * 2 ** -((HOUR - (HOUR / 2 + 1)) / HOUR), rel=1e-3)

@@ -171,3 +171,11 @@ def test_a_model_built_after_a_restart_knows_what_an_evicted_gang_received_from_
     assert running == "ns/h" and returned.attained_gpu_s == 57604.0 and returned.stopped_at == t0 + 50
     assert returned.waiting_since == t0 + 100  # its wait: from its return (after the eviction), not from now
     assert first_to_run({"phase": "Evicted"})[0] == "ns/g"  # nothing kept: it counts as fresh, and is older
+
+
+def test_a_queue_built_from_its_object_continues_the_usage_its_status_recorded() -> None:
+    status = {"recentUsage": {"gpuSeconds": 5.5, "time": "2026-11-29T10:00:00Z"}}
+    queue = build_queue({"metadata": {"name": "team"}, "spec": {}, "status": status})
+    assert queue.recent_usage == 5500.0 and queue.usage_at == 1795946400.0
+    fresh = build_queue({"metadata": {"name": "team"}, "spec": {}})
+    assert fresh.recent_usage == 0.0 and fresh.usage_at is None

@@ -30,25 +30,24 @@ class FairOverTime(Guarantee):
     name = "fair-over-time"
 
     def register(self, fw: Framework) -> None:
-        self.usage: dict[str, float] = {}  # queue -> decayed GPU milli-seconds
-        self._at: float | None = None
         fw.session_open.append((self.name, self.open))
         fw.queue_order.append((self.name, self.queue_order))
 
     def open(self, ssn: Session) -> None:
-        """Add the time since the last cycle at the allocations the last cycle left."""
+        """Add the time since each queue's usage was last brought up to date, at the allocations the last
+        cycle left. The usage lives on the queues (the model), not here: a new configuration registers new
+        plugins and keeps it, and an adapter seeds it after a restart (a Queue's status)."""
         half_life = self.sched.config.usage_half_life_s
-        if self._at is not None:
-            dt = ssn.now - self._at
-            for q in self.sched.cluster.queues.values():
-                self.usage[q.name] = decayed(self.usage.get(q.name, 0.0), float(q.allocated_gpu), dt, half_life)
-        self._at = ssn.now
+        for q in self.sched.cluster.queues.values():
+            if q.usage_at is not None:
+                q.recent_usage = decayed(q.recent_usage, float(q.allocated_gpu), ssn.now - q.usage_at, half_life)
+            q.usage_at = ssn.now
 
     def recent_share(self, queue: Queue) -> float:
         """The queue's decayed usage as a share of the whole cluster over the decay's mean lifetime."""
         window = self.sched.config.usage_half_life_s / math.log(2)
         capacity = max(self.sched.placer.capacity, 1)
-        return self.usage.get(queue.name, 0.0) / (capacity * window)
+        return queue.recent_usage / (capacity * window)
 
     def borrowing(self, queue: Queue) -> float:
         """Recent usage plus what it holds now (which moves within a cycle), as shares of the cluster."""
