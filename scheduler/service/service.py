@@ -135,7 +135,7 @@ class SchedulerService:
         self.wake.set()
 
     def _queue_changed(self, kind: str, obj: Obj) -> None:
-        self.mirror.queues_changed()
+        self.mirror.queue_changed(key_of(obj))
         self.wake.set()
 
     def _pod_changed(self, kind: str, obj: Obj) -> None:
