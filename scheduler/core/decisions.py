@@ -41,6 +41,7 @@ class Evict:
     # GPU-seconds its runs received up to now: an adapter keeps them with the job (least attained service
     # orders its next run by them), so that a scheduler built after a restart still knows them
     attained_gpu_s: float = 0.0
+    moved_at: float | None = None  # when it was last told to move (consolidation's cooldown), kept the same way
 
 
 @dataclass(frozen=True, slots=True)

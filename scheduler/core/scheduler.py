@@ -118,6 +118,10 @@ def _remember(table: dict[str, Any], key: str, value: Any) -> None:
         del table[next(iter(table))]
 
 
+def _later(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
 def _nowhere(name: str) -> JobPhase | None:
     return None
 
@@ -161,8 +165,9 @@ class Scheduler:
         # how jobs the model no longer holds ended (for dependencies), oldest first, at most OUTCOMES kept;
         # an adapter that keeps the record elsewhere (a PodGroup's status) answers first
         self.outcomes: dict[str, JobPhase] = {}
-        # evicted jobs' GPU-seconds received and when they stopped, for their next run (same bound)
-        self._served: dict[str, tuple[float, float]] = {}
+        # evicted jobs' GPU-seconds received, when they stopped and when they were last told to move, for
+        # their next run (same bound)
+        self._served: dict[str, tuple[float, float, float | None]] = {}
         self.phase_elsewhere: Callable[[str], JobPhase | None] = _nowhere
         self.configure(config or SchedulerConfig())
         for job in cluster.jobs.values():
@@ -226,8 +231,10 @@ class Scheduler:
             raise KeyError(f"job {job.name} names queue {job.queue!r}, which does not exist")
         self.cluster.jobs[job.name] = job
         served = self._served.get(job.name)
-        if served is not None and served[0] > job.attained_gpu_s:  # a new run of an evicted job: what it had
-            job.attained_gpu_s, job.stopped_at = served
+        if served is not None:  # a new run of an evicted job: what it had
+            if served[0] > job.attained_gpu_s:
+                job.attained_gpu_s, job.stopped_at = served[0], served[1]
+            job.moved_at = _later(job.moved_at, served[2])
         self._adopt(job)
         self._count(job)
 
@@ -275,6 +282,7 @@ class Scheduler:
         job.evictions = old.evictions
         if old.attained_gpu_s > job.attained_gpu_s:
             job.attained_gpu_s, job.stopped_at = old.attained_gpu_s, old.stopped_at
+        job.moved_at = _later(job.moved_at, old.moved_at)  # consolidation's cooldown outlives a run
         if not old.phase.terminal:
             job.bypassed, job.preempt_retry_at = old.bypassed, old.preempt_retry_at
             job.waiting_since = old.waiting_since
@@ -513,14 +521,14 @@ class Scheduler:
     def _evict(self, job: Job, reason: str, result: CycleResult) -> None:
         ran = tuple((r.task, r.index, r.node or "") for r in job.replicas if r.phase is ReplicaPhase.BOUND)
         job.attained_gpu_s, job.stopped_at = job.attained(self.cluster.now), self.cluster.now
-        _remember(self._served, job.name, (job.attained_gpu_s, self.cluster.now))  # for its next run (las)
+        _remember(self._served, job.name, (job.attained_gpu_s, self.cluster.now, job.moved_at))  # its next run's
         for r in job.replicas:
             if r.phase in (ReplicaPhase.BOUND, ReplicaPhase.PENDING):
                 self.placer.release(job, r, ReplicaPhase.EVICTED)
         job.evictions += 1
         job.will_evict_deadline = None
         self._end(job, JobPhase.EVICTED, reason)
-        result.decisions.append(Evict(job.name, reason, ran, job.attained_gpu_s))
+        result.decisions.append(Evict(job.name, reason, ran, job.attained_gpu_s, job.moved_at))
 
     def cancel_victim(self, name: str, reason: str, result: CycleResult) -> None:
         victim = self.cluster.jobs.get(name)

@@ -357,7 +357,7 @@ class SchedulerService:
                 kept: Obj | None = None  # what the PodGroup keeps of an evicted job for its next run
                 if isinstance(d, Evict):
                     metrics.EVICTIONS.inc()
-                    kept = evicted_status(d.attained_gpu_s, time.time())
+                    kept = evicted_status(d.attained_gpu_s, time.time(), d.moved_at)
                 else:
                     only = {(t, i) for t, i, _ in d.replicas}
                 eviction = asyncio.ensure_future(self._evict(snap, d.job, only, d.reason, kept))

@@ -53,6 +53,7 @@ DEFAULT_QUEUE = "default"
 # PodGroup status fields the service writes at an eviction and reads back when it builds its model
 ATTAINED_STATUS = "attainedGpuSeconds"
 EVICTED_AT_STATUS = "lastEvictionTime"
+MOVED_AT_STATUS = "lastMoveTime"
 # the Queue status field that keeps fair-over-time's usage for a scheduler built after a restart
 RECENT_USAGE_STATUS = "recentUsage"
 
@@ -390,6 +391,7 @@ class JobShape:
     # writes at each eviction (least attained service orders by them; a restarted scheduler reads them back)
     attained_gpu_s: float = 0.0
     stopped_at: float | None = None
+    moved_at: float | None = None  # when it was last told to move (consolidation's cooldown), kept the same way
 
 
 @dataclass
@@ -431,7 +433,8 @@ def _job(name: str, pods: list[Obj], group: Obj | None, ns_queue: dict[str, str]
               replicas=[Replica(t, i, ReplicaPhase.BOUND if node else ReplicaPhase.PENDING, node, devices)
                         for t, i, node, devices in shape.replicas],
               elastic_max=shape.elastic_max, main_task=shape.main_task, depends_on=shape.depends_on,
-              movable=shape.movable, attained_gpu_s=shape.attained_gpu_s, stopped_at=shape.stopped_at)
+              movable=shape.movable, attained_gpu_s=shape.attained_gpu_s, stopped_at=shape.stopped_at,
+              moved_at=shape.moved_at)
     if job.bound():
         job.start_time = shape.started
     if shape.will_evict_at and job.bound():
@@ -503,6 +506,7 @@ def _shape(pods: list[Obj], group: Obj | None, namespace_queue: str | None) -> J
     gstatus = (group or {}).get("status") or {}
     scheduled = gstatus.get("scheduledTime") or ""
     evicted = gstatus.get(EVICTED_AT_STATUS) or ""
+    moved = gstatus.get(MOVED_AT_STATUS) or ""
     started = max(scheduled, min((t for p in pods if p.get("spec", {}).get("nodeName")
                                   and (t := (p.get("status") or {}).get("startTime"))), default=""))
     return JobShape(
@@ -519,13 +523,18 @@ def _shape(pods: list[Obj], group: Obj | None, namespace_queue: str | None) -> J
         movable=any((o["metadata"].get("annotations") or {}).get(MOVABLE_ANNOTATION) == "true"
                     for o in (*pods, *([group] if group else []))),
         attained_gpu_s=float(gstatus.get(ATTAINED_STATUS) or 0.0), stopped_at=_ts(evicted) if evicted else None,
+        moved_at=_ts(moved) if moved else None,
     )
 
 
-def evicted_status(attained_gpu_s: float, at: float) -> Obj:
-    """What a PodGroup's status keeps of an evicted gang for its next run (read back by :func:`build`).
-    The GPU-seconds are rounded down, so that a live model's own figure stays the larger."""
-    return {ATTAINED_STATUS: math.floor(attained_gpu_s * 1000) / 1000, EVICTED_AT_STATUS: _iso(at)}
+def evicted_status(attained_gpu_s: float, at: float, moved_at: float | None = None) -> Obj:
+    """What a PodGroup's status keeps of an evicted gang for its next run (read back by :func:`build`): the
+    GPU-seconds it received (rounded down, so that a live model's own figure stays the larger), when, and
+    when it was last told to move."""
+    kept: Obj = {ATTAINED_STATUS: math.floor(attained_gpu_s * 1000) / 1000, EVICTED_AT_STATUS: _iso(at)}
+    if moved_at is not None:
+        kept[MOVED_AT_STATUS] = _iso(moved_at)
+    return kept
 
 
 def group_phase(group: Obj | None) -> JobPhase | None:

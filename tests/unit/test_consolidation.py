@@ -97,3 +97,26 @@ def test_moves_per_cycle_are_bounded_and_a_moved_job_waits_out_its_cooldown() ->
     action = next(a for a in s2.actions if a.name == "consolidate")
     mover = c2.jobs[next(iter(movers))]
     assert not action._movable(mover, 1009) and action._movable(mover, 1010)  # type: ignore[attr-defined]
+
+
+def test_a_moved_jobs_cooldown_outlives_its_run_when_its_operator_makes_it_again() -> None:
+    """The job moved: evicted, then its operator makes new pods under the same job (PodGroup). The new run
+    still counts its move, whether the model forgot the job in between or replaced it in place."""
+    c, s = fragmented(consolidation_cooldown_s=1000.0)
+    s.submit(gang("big", "default", 1, 8, submit=10))
+    movers = sorted(n.job for n in notices(s.cycle(10)))
+    evicted = [d for d in s.cycle(41).of(Evict) if isinstance(d, Evict)]
+    assert sorted(d.job for d in evicted) == movers and all(d.moved_at == 10 for d in evicted)
+    forgotten, replaced = movers[0], movers[1]
+    s.remove(forgotten)
+    again = gang(forgotten, "default", 1, 1, submit=45)
+    again.movable = True
+    s.submit(again)
+    in_place = gang(replaced, "default", 1, 1, submit=45)
+    in_place.movable = True
+    s.replace(in_place)
+    assert c.jobs[forgotten].moved_at == 10 and c.jobs[replaced].moved_at == 10
+    action = next(a for a in s.actions if a.name == "consolidate")
+    s.cycle(50)
+    assert phase(c, forgotten) is JobPhase.RUNNING
+    assert not action._movable(c.jobs[forgotten], 1009) and action._movable(c.jobs[forgotten], 1010)  # type: ignore[attr-defined]

@@ -141,9 +141,10 @@ def test_a_model_built_after_a_restart_knows_what_an_evicted_gang_received_from_
     from scheduler.core.scheduler import PRESETS, Scheduler, SchedulerConfig
 
     t0 = 1795946400.0  # 2026-11-29T10:00:00Z
-    evict = Evict("ns/g", "least-attained-service by ns/x", (("worker", 0, "n0"),), 8 * 7200.5)
-    kept = evicted_status(evict.attained_gpu_s, t0 + 50.7)
-    assert kept == {"attainedGpuSeconds": 57604.0, "lastEvictionTime": "2026-11-29T10:00:50Z"}
+    evict = Evict("ns/g", "least-attained-service by ns/x", (("worker", 0, "n0"),), 8 * 7200.5, moved_at=t0 + 20)
+    kept = evicted_status(evict.attained_gpu_s, t0 + 50.7, evict.moved_at)
+    assert kept == {"attainedGpuSeconds": 57604.0, "lastEvictionTime": "2026-11-29T10:00:50Z",
+                    "lastMoveTime": "2026-11-29T10:00:20Z"}  # an earlier move: consolidation's cooldown
 
     def member(name: str, group: str, created: str) -> dict[str, Any]:
         p = pod(name, gpus="8")
@@ -169,6 +170,7 @@ def test_a_model_built_after_a_restart_knows_what_an_evicted_gang_received_from_
     running, sched = first_to_run({"phase": "Evicted", **kept})
     returned = sched.cluster.jobs["ns/g"]
     assert running == "ns/h" and returned.attained_gpu_s == 57604.0 and returned.stopped_at == t0 + 50
+    assert returned.moved_at == t0 + 20
     assert returned.waiting_since == t0 + 100  # its wait: from its return (after the eviction), not from now
     assert first_to_run({"phase": "Evicted"})[0] == "ns/g"  # nothing kept: it counts as fresh, and is older
 
