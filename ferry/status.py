@@ -12,7 +12,9 @@ from scheduler.service.snapshot import BadSpec, pod_request
 
 Obj = dict[str, Any]
 QUEUE_COLUMNS = ("NAME", "GUARANTEED", "MAX", "ALLOCATED", "BORROWED", "LENT", "PENDING-GPU", "RUNNING", "PENDING")
-WIDE_QUEUE_COLUMNS = (*QUEUE_COLUMNS, "WEIGHT", "NAMESPACES")
+# RECENT-GPU-H: the usage fair-over-time orders borrowers by (GPU-hours decayed with its half-life), as of
+# the scheduler's last record of it
+WIDE_QUEUE_COLUMNS = (*QUEUE_COLUMNS, "WEIGHT", "RECENT-GPU-H", "NAMESPACES")
 NODE_COLUMNS = ("NODE", "TENANT", "GPUS", "GPUS-IN-USE", "RUNNING", "PENDING", "COMPUTE-REACHABLE")
 
 
@@ -57,8 +59,15 @@ def queue_rows(queues: list[Obj]) -> list[Obj]:
                      "BORROWED": _gpu(st.get("borrowed")), "LENT": _gpu(st.get("lent")),
                      "PENDING-GPU": _gpu(st.get("pending")), "RUNNING": st.get("runningJobs", 0),
                      "PENDING": st.get("pendingJobs", 0), "WEIGHT": spec.get("weight", 1),
+                     "RECENT-GPU-H": _recent_gpu_hours(st.get("recentUsage")),
                      "NAMESPACES": ",".join(spec.get("namespaces") or []) or "-"})
     return rows
+
+
+def _recent_gpu_hours(usage: Obj | None) -> str:
+    if not usage or usage.get("gpuSeconds") is None:
+        return "-"  # the scheduler does not count usage over time (fair-over-time is off)
+    return f"{float(usage['gpuSeconds']) / 3600:.1f}"
 
 
 def gpus_of(pod: Obj) -> float:

@@ -247,9 +247,11 @@ def test_views_align_columns_and_pick_the_first_fitting_hint() -> None:
     from ferry.whypending import hint_for
 
     rows = queue_rows([{"metadata": {"name": "b"}, "spec": {"guaranteed": {"gpu": "8"}},
-                        "status": {"allocated": {"gpu": "12"}, "borrowed": {"gpu": "4"}, "runningJobs": 3}},
+                        "status": {"allocated": {"gpu": "12"}, "borrowed": {"gpu": "4"}, "runningJobs": 3,
+                                   "recentUsage": {"gpuSeconds": 45000, "time": "2026-12-02T10:00:00Z"}}},
                        {"metadata": {"name": "a"}, "spec": {}}])
     assert [r["NAME"] for r in rows] == ["a", "b"] and rows[1]["BORROWED"] == "4" and rows[0]["MAX"] == "-"
+    assert rows[1]["RECENT-GPU-H"] == "12.5" and rows[0]["RECENT-GPU-H"] == "-"
     lines = table(rows, ("NAME", "ALLOCATED", "RUNNING")).splitlines()
     assert lines == ["NAME   ALLOCATED   RUNNING", "a      -           0", "b      12          3"]
     assert "spec.max" in hint_for("Unschedulable", "queue q would exceed its maximum of 1 GPUs")
