@@ -231,3 +231,59 @@ async def test_a_scheduler_that_starts_continues_the_usage_its_queues_recorded(
             assert 96_500 <= usage["gpuSeconds"] <= 97_500, usage
     finally:
         await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
+
+
+async def test_a_restarted_scheduler_still_orders_an_evicted_long_runner_behind_a_newcomer(
+        planes: ControlPlanes, ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str,
+        private_node: str, tmp_path: Path) -> None:
+    """Least attained service across a restart, end to end: a newcomer evicts a movable long runner; its
+    operator makes its pod again; the scheduler restarts; when the GPUs free, a job that arrived after
+    the restart (level 0) goes before the long runner's new run, whose GPU-seconds the restarted scheduler
+    read back from its PodGroup. Had it forgotten them, the long runner (the older pod) would go first."""
+    from scheduler.core.scheduler import PRESETS
+
+    core, custom = client.CoreV1Api(compute_api), client.CustomObjectsApi(compute_api)
+    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
+    conf = tmp_path / "config.yaml"
+    # one level per GPU-second (8 GPUs cross it at once); no promotion, protection or cooldown within the test
+    conf.write_text(f"plugins: [{', '.join((*PRESETS['ferry']['plugins'], 'las'))}]\n"
+                    "lasThresholdsGpuSeconds: [1]\nlasPromoteKnob: 1000\nminRuntimeSeconds: 0\n"
+                    "victimCooldownSeconds: 0\n")
+    queue = f"las-{compute_ns}"
+    await _make_queue(custom, queue, compute_ns, victimGraceSeconds=2, preemptorDelaySeconds=0,
+                      leastAttainedService=True)
+
+    async def job(name: str, movable: bool = False) -> None:
+        await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": name},
+            "spec": {"minMember": 1, "queue": queue}})
+        await make_pod(name, movable)
+
+    async def make_pod(name: str, movable: bool) -> None:
+        p = pod(f"{name}-0", compute_ns, gpus=8, group=name)
+        if movable:
+            p["metadata"]["annotations"]["kubeferry.io/movable"] = "true"
+        await core.create_namespaced_pod(compute_ns, p)
+
+    async def gone(name: str) -> bool:
+        return not [p for p in (await core.list_namespaced_pod(compute_ns)).items if p.metadata.name == name]
+
+    try:
+        with configured_scheduler(planes, ferry_scheduler, conf, f"{compute_ns}/scheduler-config") as scheduler:
+            await job("long", movable=True)
+            await eventually(lambda: _running(core, compute_ns, "long", 1), timeout=30, what="the long runner")
+            await job("short")
+            await eventually(lambda: _running(core, compute_ns, "short", 1), timeout=40,
+                             what="the newcomer running after evicting the long runner")
+            await eventually(lambda: gone("long-0"), timeout=30, what="the long runner's pod gone")
+            await make_pod("long", movable=True)  # its operator makes it again: it waits (short holds the node)
+            scheduler.stop()
+            scheduler.start()
+            scheduler.wait_ready()
+            await job("fresh")
+            await core.delete_namespaced_pod("short-0", compute_ns, grace_period_seconds=0)
+            await eventually(lambda: _running(core, compute_ns, "fresh", 1), timeout=30,
+                             what="the job that arrived after the restart running first")
+            assert not (await core.read_namespaced_pod("long-0", compute_ns)).spec.node_name
+    finally:
+        await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
