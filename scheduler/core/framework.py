@@ -80,6 +80,7 @@ LoanRecallFn = Callable[[Job, list[Job], "Session"], list[Job]]  # (holder, loan
 SessionFn = Callable[["Session"], None]
 NodeOrderFn = Callable[[Request, Sequence[Option]], list[tuple[float, ...]]]  # one key per option
 DueFn = Callable[[list[Job], float], Iterable[float]]  # (waiting jobs a cycle looked at, now) -> moments
+JobNoteFn = Callable[[Job], str]  # why a waiting job's place in its queue is what it is ("": nothing to say)
 
 _VERSIONS = itertools.count(1)  # node-order versions, unique across frameworks (a reload makes a new one)
 
@@ -131,6 +132,7 @@ class Framework:
         self.node_order: list[tuple[str, NodeOrderFn]] = []
         self.device_order: list[tuple[str, NodeOrderFn]] = []
         self.due: list[tuple[str, DueFn]] = []
+        self.job_note: list[tuple[str, JobNoteFn]] = []
         self.node_order_version = next(_VERSIONS)
         self.ties_by_name = False  # a node-order plugin that wants FGD's tie-break (fixed node priority)
 
@@ -168,6 +170,10 @@ class Framework:
         for _, fn in self.job_order:
             key += fn(job)
         return (*key, job.submit_time, job.name)
+
+    def note(self, job: Job) -> str:
+        """What the plugins that order jobs say of this one's place (joined), for its pending reason."""
+        return "; ".join(text for _, fn in self.job_note if (text := fn(job)))
 
     def blocked(self, queue: Queue, job: Job) -> str | None:
         for _, fn in self.admit:

@@ -502,6 +502,12 @@ class Scheduler:
             for _, name in groups:
                 if name not in out and jobs[name].phase is JobPhase.PENDING:
                     out[name] = why
+        if self.framework.job_note:  # what ordered it behind others, where a plugin says so
+            for name, why in out.items():
+                job = jobs.get(name)
+                note = self.framework.note(job) if job is not None and job.phase is JobPhase.PENDING else ""
+                if note:
+                    out[name] = f"{why}; {note}"
         return out
 
     def _evict_due(self, now: float, result: CycleResult) -> None:

@@ -117,7 +117,31 @@ def test_a_victim_always_received_more_than_its_preemptor(jobs: list[tuple[int, 
         s.submit(gang(f"p{i}", "team", 1, gpus, submit=t))
         res = s.cycle(t)
         plugin = next(p for p in s.plugins if p.name == "las")
-        for victim in notices(res):
-            v = c.jobs[victim]
+        for d in res.of(NotifyWillEvict):  # type: ignore[attr-defined]
+            if "least-attained-service" not in d.reason:
+                continue  # another rule's notice (a hold recalling the jobs it lent its nodes to)
+            v = c.jobs[d.job]
             by = c.jobs[v.will_evict_by or ""]
             assert plugin.level(v.attained(t)) > plugin.level(by.attained_gpu_s)  # type: ignore[attr-defined]
+
+
+def test_a_demoted_job_is_told_why_newer_jobs_go_first_and_when_it_counts_afresh() -> None:
+    c, s = las_cluster()
+    old = gang("old", "team", 1, 8, submit=0)
+    old.attained_gpu_s, old.stopped_at = 8 * 2 * HOUR, 0.0  # ran 2 h on 8 GPUs, then was evicted
+    s.submit(old)
+    s.submit(gang("new", "team", 1, 8, submit=10))
+    s.cycle(10)
+    s.submit(gang("newer", "team", 1, 8, submit=20))
+    reasons = s.reasons(s.cycle(20))
+    assert reasons["old"].endswith("; least attained service: it received 16.0 GPU-hours (level 2), so jobs of "
+                                   "queue team that received less go first; it counts afresh 14400 s after its "
+                                   "last run ended")
+    assert "least attained service" not in reasons["newer"]
+    _, plain = las_cluster(on=False)
+    again = gang("old", "team", 1, 8, submit=0)
+    again.attained_gpu_s, again.stopped_at = 8 * 2 * HOUR, 0.0
+    plain.submit(again)
+    plain.submit(gang("new", "team", 1, 8, submit=10))
+    assert "least attained service" not in plain.reasons(plain.cycle(10)).get("new", "")
+    assert "least attained service" not in " ".join(plain.reasons(plain.cycle(11)).values())

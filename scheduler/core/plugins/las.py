@@ -35,6 +35,7 @@ class LeastAttainedService(Plugin):
         fw.victim_order.append((self.name, self.victim_order))
         fw.victim_queues.append((self.name, self.queues))
         fw.due.append((self.name, self.due))
+        fw.job_note.append((self.name, self.note))
 
     def level(self, attained_gpu_s: float) -> int:
         return bisect.bisect_right(self.sched.config.las_thresholds_gpu_s, attained_gpu_s)
@@ -55,6 +56,20 @@ class LeastAttainedService(Plugin):
         assert job.stopped_at is not None and self.sched.config.las_promote_knob is not None
         ran_s = job.attained_gpu_s * 1000 / max(job.min_gpu(), 1)
         return job.stopped_at + self.sched.config.las_promote_knob * ran_s
+
+    def note(self, job: Job) -> str:
+        """A demoted job is told why newer jobs go first, and when it counts afresh (words that stay the same
+        while it waits: the service writes a reason again only when it changes)."""
+        if not self._on(job):
+            return ""
+        level = self.level(job.attained_gpu_s)
+        if not level:
+            return ""
+        text = (f"least attained service: it received {job.attained_gpu_s / 3600:.1f} GPU-hours (level {level}), "
+                f"so jobs of queue {job.queue} that received less go first")
+        if job.stopped_at is not None and self.sched.config.las_promote_knob is not None:
+            text += f"; it counts afresh {self._promotion(job) - job.stopped_at:.0f} s after its last run ended"
+        return text
 
     def due(self, waiting: list[Job], now: float) -> tuple[float, ...]:
         """The next demoted job's promotion, whether or not the cycle looked at it (one passed over for its
