@@ -15,6 +15,8 @@ Extension points and how several plugins' answers combine:
 ========================  ===================================================================
 ``job_order``             sort key parts, concatenated in plugin order (then age, then name)
 ``queue_order``           sort key parts, concatenated in plugin order (least first)
+``job_note``              words for a waiting job's pending reason on why its place in its queue is
+                          what it is (e.g. demoted by least attained service): joined, empty ones left out
 ``admit``                 why a job may not start in its queue now: the first plugin that objects
                           (queue-wide: the queue's other jobs of that shape are passed over too)
 ``gate``                  why this one job may not start yet, whatever the capacity (e.g. a
