@@ -469,7 +469,8 @@ class Scheduler:
             if stopped is not None and stopped >= self._born:
                 job.waiting_since = now
             else:
-                job.waiting_since = min(now, max(job.submit_time, stopped if stopped is not None else job.submit_time))
+                returned = job.submit_time if stopped is None else max(job.submit_time, stopped)
+                job.waiting_since = min(now, returned)
         self._unstamped.clear()
 
     def due(self, result: CycleResult) -> set[float]:
