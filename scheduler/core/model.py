@@ -207,6 +207,7 @@ class Job:
     moved_at: float | None = None  # when it was last told to move (consolidation's cooldown)
     attained_gpu_s: float = 0.0  # GPU-seconds its earlier runs received (evicted runs; the las plugin)
     stopped_at: float | None = None  # when its last run was evicted
+    promoted_at: float | None = None  # when least attained service last counted it afresh (the las plugin)
     phase: JobPhase = JobPhase.PENDING
     replicas: list[Replica] = field(default_factory=list)
     start_time: float | None = None

@@ -283,6 +283,7 @@ class Scheduler:
         if old.attained_gpu_s > job.attained_gpu_s:
             job.attained_gpu_s, job.stopped_at = old.attained_gpu_s, old.stopped_at
         job.moved_at = _later(job.moved_at, old.moved_at)  # consolidation's cooldown outlives a run
+        job.promoted_at = _later(job.promoted_at, old.promoted_at)
         if not old.phase.terminal:
             job.bypassed, job.preempt_retry_at = old.bypassed, old.preempt_retry_at
             job.waiting_since = old.waiting_since

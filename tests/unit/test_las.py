@@ -77,12 +77,17 @@ def test_a_demoted_job_waits_behind_fresh_ones_until_the_promote_knob_counts_it_
     res = s.cycle(30)
     assert c.jobs["old"].phase is JobPhase.PENDING  # newer took 4 GPUs; level 0 still first
     assert 4 * HOUR in s.due(res)  # its promotion: a replay that cycles only on events wakes then too
-    s.cycle(4 * HOUR)  # the knob (2) times its 2 h run since it stopped: level 0, and older than newest
-    assert c.jobs["old"].attained_gpu_s == 0.0
+    s.cycle(4 * HOUR)  # the knob (2) times its 2 h run since it stopped: level 0 again, entered now
+    assert c.jobs["old"].attained_gpu_s == 0.0 and c.jobs["old"].promoted_at == 4 * HOUR
+    s.submit(gang("latest", "team", 1, 8, submit=4 * HOUR + 1))
     s.finish("newer")
     s.remove("newer")
-    s.cycle(4 * HOUR + 1)
-    assert c.jobs["old"].phase is JobPhase.RUNNING and c.jobs["newest"].phase is JobPhase.PENDING
+    s.cycle(4 * HOUR + 1)  # first in, first out at level 0: newest waited there before old came back
+    assert c.jobs["newest"].phase is JobPhase.RUNNING and c.jobs["old"].phase is JobPhase.PENDING
+    s.finish("newest")
+    s.remove("newest")
+    s.cycle(4 * HOUR + 2)  # and old before latest, which arrived after its promotion
+    assert c.jobs["old"].phase is JobPhase.RUNNING and c.jobs["latest"].phase is JobPhase.PENDING
 
 
 def test_the_service_received_outlives_an_evicted_run_of_the_same_name() -> None:
@@ -126,7 +131,7 @@ def test_a_victim_always_received_more_than_its_preemptor(jobs: list[tuple[int, 
 
 
 def test_a_demoted_job_is_told_why_newer_jobs_go_first_and_when_it_counts_afresh() -> None:
-    c, s = las_cluster()
+    _, s = las_cluster()
     old = gang("old", "team", 1, 8, submit=0)
     old.attained_gpu_s, old.stopped_at = 8 * 2 * HOUR, 0.0  # ran 2 h on 8 GPUs, then was evicted
     s.submit(old)

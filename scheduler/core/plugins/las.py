@@ -3,11 +3,13 @@ first without anyone knowing run times.
 
 In a queue with ``least_attained_service`` a job's level is set by the GPU-seconds it has received (GPUs ×
 time run, over all its runs): level 0 below the first of ``las_thresholds_gpu_s``, one level further down
-past each threshold. Lower levels come first in the queue's order (the oldest first within a level), and a
-waiting job may evict, with the queue's notice and grace, a running **movable** job of its own queue at a
-lower level — one that has received more (rule ``least-attained-service``). Levels are coarse so that
-jobs are not thrashed: jobs of one level never evict each other, and the usual protection (a minimum run,
-a cooldown) holds.
+past each threshold. Lower levels come first in the queue's order and, as Tiresias' queues are, each level
+is first in, first out by when a job entered it: a new job at its arrival, a demoted one when it was
+evicted, a promoted one when it was promoted (so a long runner that comes back does not jump ahead of
+the jobs already waiting at its level). A waiting job may evict, with the queue's notice and grace, a
+running **movable** job of its own queue at a lower level — one that has received more (rule
+``least-attained-service``). Levels are coarse so that jobs are not thrashed: jobs of one level never
+evict each other, and the usual protection (a minimum run, a cooldown) holds.
 
 Starvation (Tiresias' promote knob): a job that has waited since its last run ``las_promote_knob`` times as
 long as it ran is counted afresh, at level 0. Other queues are not touched: across queues guarantees and
@@ -43,14 +45,20 @@ class LeastAttainedService(Plugin):
     def _on(self, job: Job) -> bool:
         return self.sched.cluster.queues[job.queue].least_attained_service
 
-    def job_order(self, job: Job) -> tuple[int]:
-        """Asked whenever a waiting job is filed: a demoted one's promotion is noted for later."""
+    def job_order(self, job: Job) -> tuple[int, float]:
+        """(level, when it entered the level). Asked whenever a waiting job is filed: a demoted one's
+        promotion is noted for later."""
         if not self._on(job):
-            return (0,)
+            return (0, job.submit_time)
         level = self.level(job.attained_gpu_s)
-        if level and job.stopped_at is not None and self.sched.config.las_promote_knob is not None:
-            heapq.heappush(self._due, (self._promotion(job), job.name))
-        return (level,)
+        if level and job.stopped_at is not None:
+            if self.sched.config.las_promote_knob is not None:
+                heapq.heappush(self._due, (self._promotion(job), job.name))
+            return (level, job.stopped_at)
+        promoted = job.promoted_at
+        if promoted is not None and (job.stopped_at is None or promoted >= job.stopped_at):
+            return (0, promoted)
+        return (level, job.submit_time)
 
     def _promotion(self, job: Job) -> float:
         assert job.stopped_at is not None and self.sched.config.las_promote_knob is not None
@@ -88,7 +96,7 @@ class LeastAttainedService(Plugin):
             if (job is None or job.phase is not JobPhase.PENDING or not self.level(job.attained_gpu_s)
                     or job.stopped_at is None or self._promotion(job) != when):
                 continue  # gone, started, promoted already, or filed again since
-            job.attained_gpu_s = 0.0
+            job.attained_gpu_s, job.promoted_at = 0.0, when
             job.reason = "waited long after its last run: counted afresh (least attained service)"
             self.sched.index(job)  # its order key changed
 
