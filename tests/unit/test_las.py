@@ -150,3 +150,23 @@ def test_a_demoted_job_is_told_why_newer_jobs_go_first_and_when_it_counts_afresh
     plain.submit(gang("new", "team", 1, 8, submit=10))
     assert "least attained service" not in plain.reasons(plain.cycle(10)).get("new", "")
     assert "least attained service" not in " ".join(plain.reasons(plain.cycle(11)).values())
+
+
+def test_a_promoted_job_goes_first_for_free_capacity_but_evicts_nobody() -> None:
+    """Two long runners of a queue must not take turns evicting each other: counted afresh by the promote
+    knob, a job waits for capacity that frees; only a job that has not run since (a newcomer) evicts."""
+    c, s = las_cluster()
+    runner = gang("runner", "team", 1, 8)
+    runner.movable = True
+    s.submit(runner)
+    s.cycle(0)
+    back = gang("back", "team", 1, 8, submit=0)
+    back.attained_gpu_s, back.stopped_at = 8 * 0.5 * HOUR, 0.0  # ran 30 min, evicted at 0
+    s.submit(back)
+    s.cycle(10)
+    s.cycle(HOUR)  # promoted (2 x its 30 min): level 0 against the runner's level 1
+    assert c.jobs["back"].promoted_at == HOUR and c.jobs["back"].attained_gpu_s == 0.0
+    assert not notices(s.cycle(HOUR + 400)) and c.jobs["runner"].phase is JobPhase.RUNNING
+    s.submit(gang("fresh", "team", 1, 8, submit=HOUR + 500))
+    assert notices(s.cycle(HOUR + 500)) == {"runner"}  # a newcomer still does
+    assert "least-attained-service by fresh" in c.jobs["runner"].reason

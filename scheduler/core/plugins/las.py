@@ -12,8 +12,10 @@ running **movable** job of its own queue at a lower level — one that has recei
 evict each other, and the usual protection (a minimum run, a cooldown) holds.
 
 Starvation (Tiresias' promote knob): a job that has waited since its last run ``las_promote_knob`` times as
-long as it ran is counted afresh, at level 0. Other queues are not touched: across queues guarantees and
-reclaim decide, so a tenant's LAS reorders only its own work.
+long as it ran is counted afresh, at level 0. It goes first for capacity that frees, but evicts nobody: it
+is a long runner, not a short job, and two promoted long runners of a queue would evict each other in turn
+(traced in the Philly replay: two 32-GPU gangs, each new run waiting over an hour). Other queues are not
+touched: across queues guarantees and reclaim decide, so a tenant's LAS reorders only its own work.
 """
 
 from __future__ import annotations
@@ -55,9 +57,9 @@ class LeastAttainedService(Plugin):
             if self.sched.config.las_promote_knob is not None:
                 heapq.heappush(self._due, (self._promotion(job), job.name))
             return (level, job.stopped_at)
-        promoted = job.promoted_at
-        if promoted is not None and (job.stopped_at is None or promoted >= job.stopped_at):
-            return (0, promoted)
+        if _promoted(job):
+            assert job.promoted_at is not None
+            return (0, job.promoted_at)
         return (level, job.submit_time)
 
     def _promotion(self, job: Job) -> float:
@@ -102,7 +104,7 @@ class LeastAttainedService(Plugin):
 
     def yields(self, preemptor: Job, victim: Job, ssn: Session) -> bool:
         return (victim.may_move and victim.queue == preemptor.queue and self._on(preemptor)
-                and victim.tier <= preemptor.tier
+                and victim.tier <= preemptor.tier and not _promoted(preemptor)
                 and self.level(victim.attained(ssn.now)) > self.level(preemptor.attained_gpu_s))
 
     def victim_order(self, preemptor: Job, victim: Job, ssn: Session) -> tuple[float]:
@@ -112,3 +114,8 @@ class LeastAttainedService(Plugin):
     def queues(self, preemptor: Job, ssn: Session) -> Iterator[tuple[str, int]]:
         if self._on(preemptor):
             yield preemptor.queue, int(preemptor.tier)
+
+
+def _promoted(job: Job) -> bool:
+    """Counted afresh by the promote knob since it last ran (not merely once, in an earlier wait)."""
+    return job.promoted_at is not None and (job.stopped_at is None or job.promoted_at >= job.stopped_at)
