@@ -62,13 +62,18 @@ def test_jobs_of_one_level_never_evict_each_other() -> None:
     assert c.jobs["second"].phase is JobPhase.PENDING
 
 
-def test_a_demoted_job_waits_behind_fresh_ones_until_the_promote_knob_counts_it_afresh() -> None:
-    c, s = las_cluster()
+def back_behind_a_newcomer(s: Scheduler) -> None:
+    """``old`` ran 2 h on 8 GPUs and was evicted at 0; ``new`` arrives at 10; a cycle at 10."""
     old = gang("old", "team", 1, 8, submit=0)
-    old.attained_gpu_s, old.stopped_at = 8 * 2 * HOUR, 0.0  # ran 2 h on 8 GPUs, then was evicted
+    old.attained_gpu_s, old.stopped_at = 8 * 2 * HOUR, 0.0
     s.submit(old)
     s.submit(gang("new", "team", 1, 8, submit=10))
     s.cycle(10)
+
+
+def test_a_demoted_job_waits_behind_fresh_ones_until_the_promote_knob_counts_it_afresh() -> None:
+    c, s = las_cluster()
+    back_behind_a_newcomer(s)
     assert c.jobs["new"].phase is JobPhase.RUNNING and c.jobs["old"].phase is JobPhase.PENDING  # level 1 after 0
     s.finish("new")
     s.remove("new")
@@ -132,11 +137,7 @@ def test_a_victim_always_received_more_than_its_preemptor(jobs: list[tuple[int, 
 
 def test_a_demoted_job_is_told_why_newer_jobs_go_first_and_when_it_counts_afresh() -> None:
     _, s = las_cluster()
-    old = gang("old", "team", 1, 8, submit=0)
-    old.attained_gpu_s, old.stopped_at = 8 * 2 * HOUR, 0.0  # ran 2 h on 8 GPUs, then was evicted
-    s.submit(old)
-    s.submit(gang("new", "team", 1, 8, submit=10))
-    s.cycle(10)
+    back_behind_a_newcomer(s)
     s.submit(gang("newer", "team", 1, 8, submit=20))
     reasons = s.reasons(s.cycle(20))
     assert reasons["old"].endswith("; least attained service: it received 16.0 GPU-hours (level 2), so jobs of "
@@ -144,11 +145,7 @@ def test_a_demoted_job_is_told_why_newer_jobs_go_first_and_when_it_counts_afresh
                                    "last run ended")
     assert "least attained service" not in reasons["newer"]
     _, plain = las_cluster(on=False)
-    again = gang("old", "team", 1, 8, submit=0)
-    again.attained_gpu_s, again.stopped_at = 8 * 2 * HOUR, 0.0
-    plain.submit(again)
-    plain.submit(gang("new", "team", 1, 8, submit=10))
-    assert "least attained service" not in plain.reasons(plain.cycle(10)).get("new", "")
+    back_behind_a_newcomer(plain)
     assert "least attained service" not in " ".join(plain.reasons(plain.cycle(11)).values())
 
 
