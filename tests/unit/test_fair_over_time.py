@@ -113,3 +113,18 @@ def test_a_model_built_after_a_restart_continues_from_the_recorded_usage() -> No
     assert [d.job for d in after.cycle(HOUR).of(Bind)] == ["b-new"]  # a fresh model would start a (by name)
     assert after.cluster.queues["a"].recent_usage == pytest.approx(
         recorded["a"]["gpuSeconds"] * 1000 * 2 ** -((HOUR - (HOUR / 2 + 1)) / HOUR), rel=1e-3)
+
+
+def test_a_borrower_is_told_its_queues_recent_usage_orders_it() -> None:
+    sched = _one_node(("priority", "fair-over-time", "capacity"))
+    _a_used_the_node_for_half_an_hour(sched)
+    sched.submit(_whole_node("a-new", "a", HOUR - 1))
+    sched.submit(_whole_node("b-new", "b", HOUR))
+    reasons = sched.reasons(sched.cycle(HOUR))
+    assert "fair-over-time: queue a received 2.4 GPU-hours recently (half-life 1 h)" in reasons["a-new"]
+    plain = _one_node(("priority", "guarantee", "capacity"))
+    _a_used_the_node_for_half_an_hour(plain)
+    plain.submit(_whole_node("a-new", "a", HOUR - 1))
+    plain.submit(_whole_node("b-new", "b", HOUR))
+    waiting = plain.reasons(plain.cycle(HOUR))
+    assert waiting and "fair-over-time" not in " ".join(waiting.values())

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from scheduler.core.framework import Framework, Session
-from scheduler.core.model import Queue
+from scheduler.core.model import Job, Queue
 from scheduler.core.plugins.guarantee import Guarantee
 
 
@@ -32,6 +32,7 @@ class FairOverTime(Guarantee):
     def register(self, fw: Framework) -> None:
         fw.session_open.append((self.name, self.open))
         fw.queue_order.append((self.name, self.queue_order))
+        fw.job_note.append((self.name, self.note))
 
     def open(self, ssn: Session) -> None:
         """Add the time since each queue's usage was last brought up to date, at the allocations the last
@@ -42,6 +43,15 @@ class FairOverTime(Guarantee):
             if q.usage_at is not None:
                 q.recent_usage = decayed(q.recent_usage, float(q.allocated_gpu), ssn.now - q.usage_at, half_life)
             q.usage_at = ssn.now
+
+    def note(self, job: Job) -> str:
+        """A job that would borrow is told its queue's recent usage orders it among the borrowers."""
+        queue = self.sched.cluster.queues[job.queue]
+        if queue.recent_usage <= 0 or not queue.over_guarantee(job.min_gpu()):
+            return ""
+        return (f"fair-over-time: queue {queue.name} received {queue.recent_usage / 1000 / 3600:.1f} GPU-hours "
+                f"recently (half-life {self.sched.config.usage_half_life_s / 3600:g} h), so queues that received "
+                "less per weight borrow idle GPUs first")
 
     def recent_share(self, queue: Queue) -> float:
         """The queue's decayed usage as a share of the whole cluster over the decay's mean lifetime."""
