@@ -121,7 +121,8 @@ def test_a_borrower_is_told_its_queues_recent_usage_orders_it() -> None:
     sched.submit(_whole_node("a-new", "a", HOUR - 1))
     sched.submit(_whole_node("b-new", "b", HOUR))
     reasons = sched.reasons(sched.cycle(HOUR))
-    assert "fair-over-time: queue a received 2.4 GPU-hours recently (half-life 1 h)" in reasons["a-new"]
+    assert reasons["a-new"].endswith("; fair-over-time: queues borrow idle GPUs least recent usage first (half-life "
+                                     "1 h; each queue's: kubectl ferry status -o wide)")
     plain = _one_node(("priority", "guarantee", "capacity"))
     _a_used_the_node_for_half_an_hour(plain)
     plain.submit(_whole_node("a-new", "a", HOUR - 1))

@@ -45,13 +45,13 @@ class FairOverTime(Guarantee):
             q.usage_at = ssn.now
 
     def note(self, job: Job) -> str:
-        """A job that would borrow is told its queue's recent usage orders it among the borrowers."""
+        """A job that would borrow is told that recent usage orders the borrowers. No figure: its reason must
+        stay the same while it waits (each change is written again, with an Event)."""
         queue = self.sched.cluster.queues[job.queue]
         if queue.recent_usage <= 0 or not queue.over_guarantee(job.min_gpu()):
             return ""
-        return (f"fair-over-time: queue {queue.name} received {queue.recent_usage / 1000 / 3600:.1f} GPU-hours "
-                f"recently (half-life {self.sched.config.usage_half_life_s / 3600:g} h), so queues that received "
-                "less per weight borrow idle GPUs first")
+        return (f"fair-over-time: queues borrow idle GPUs least recent usage first (half-life "
+                f"{self.sched.config.usage_half_life_s / 3600:g} h; each queue's: kubectl ferry status -o wide)")
 
     def recent_share(self, queue: Queue) -> float:
         """The queue's decayed usage as a share of the whole cluster over the decay's mean lifetime."""
