@@ -17,6 +17,8 @@ ATTEMPT_SECONDS = Histogram("kube_ferry_scheduling_attempt_duration_seconds",
 PENDING_JOBS = Gauge("kube_ferry_pending_jobs", "Jobs waiting to be placed", ["queue"], registry=REGISTRY)
 ALLOCATED_GPUS = Gauge("kube_ferry_queue_allocated_gpus", "GPUs allocated to each queue", ["queue"],
                        registry=REGISTRY)
+RECENT_GPU_SECONDS = Gauge("kube_ferry_queue_recent_gpu_seconds", "GPU-seconds each queue received, decayed with "
+                           "the half-life (fair-over-time; absent while it is off)", ["queue"], registry=REGISTRY)
 PREEMPTIONS = Counter("kube_ferry_preemption_notices_total", "Jobs told they will be evicted", registry=REGISTRY)
 EVICTIONS = Counter("kube_ferry_evictions_total", "Jobs evicted (whole jobs)", registry=REGISTRY)
 BINDINGS = Counter("kube_ferry_bindings_total", "Pod bindings written, by result", ["result"], registry=REGISTRY)

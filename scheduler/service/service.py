@@ -274,6 +274,8 @@ class SchedulerService:
         for q in snap.cluster.queues.values():
             metrics.ALLOCATED_GPUS.labels(q.name).set(q.allocated_gpu / 1000)
             metrics.PENDING_JOBS.labels(q.name).set(pending.get(q.name, 0))
+            if q.usage_at is not None:
+                metrics.RECENT_GPU_SECONDS.labels(q.name).set(q.recent_usage / 1000)
             obj = self.queues.store.get(q.name)
             if obj is None:
                 continue
