@@ -35,8 +35,13 @@ HINTS = (
                             "CPU, memory) or for GPU models and labels that exist"),
     ("waiting for a node", "the nodes that could hold it are cordoned or not Ready: it starts when one is "
                            "schedulable again (an admin uncordons it, or it comes back)"),
-    ("queue ", "its queue is at its maximum: it starts when the queue's own jobs finish, or when an admin "
-               "raises the Queue's spec.max"),
+    ("would exceed its maximum", "its queue is at its maximum: it starts when the queue's own jobs finish, or when "
+                                 "an admin raises the Queue's spec.max"),
+    ("least attained service:", "its queue runs the jobs that received the least GPU time first, and this one "
+                                "has run before: it starts when GPUs free up that no such job waits for, or once "
+                                "it counts afresh (when, the message says)"),
+    ("fair-over-time: queues borrow", "it would borrow beyond its queue's guarantee, and queues that used fewer GPUs "
+                                      "recently borrow first: it starts when GPUs free up that they do not wait for"),
     ("waiting for capacity", "GPUs must free up: jobs finishing, elastic jobs shrinking, or jobs borrowing "
                              "beyond their queue's guarantee being reclaimed if its queue is below its guarantee"),
     ("Waiting", "the gang's other members (or its PodGroup) must exist first: check that the operator "

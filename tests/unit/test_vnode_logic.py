@@ -255,6 +255,12 @@ def test_views_align_columns_and_pick_the_first_fitting_hint() -> None:
     lines = table(rows, ("NAME", "ALLOCATED", "RUNNING")).splitlines()
     assert lines == ["NAME   ALLOCATED   RUNNING", "a      -           0", "b      12          3"]
     assert "spec.max" in hint_for("Unschedulable", "queue q would exceed its maximum of 1 GPUs")
+    behind = "waiting for capacity: an earlier job of queue q with the same request does not fit yet"
+    assert hint_for("Unschedulable", behind).startswith("GPUs must free up")  # not its queue's maximum
+    assert "received the least GPU time" in hint_for("Unschedulable", f"{behind}; least attained service: it "
+                                                     "received 16.0 GPU-hours (level 2), so jobs of queue q ...")
+    assert "used fewer GPUs recently" in hint_for("Unschedulable", f"{behind}; fair-over-time: queues borrow idle "
+                                                  "GPUs least recent usage first (half-life 24 h; ...)")
     assert "ask for less" in hint_for("Unschedulable", "cannot be scheduled: no node has 16 GPUs")
     assert "virtual node included" in hint_for("Unschedulable", "0/1 nodes: 1 Insufficient nvidia.com/gpu.")
     assert "ran on loan" in hint_for("Preempting", "recalling 1 job(s) on loan on its held node(s): t/loan")
