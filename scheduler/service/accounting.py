@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import structlog
 
 from ferry.keys import API_GROUP, API_VERSION, POD_GROUP_LABEL, SCHEDULER_NAME
 from ferry.kube.rest import Rest, path, status_of
-from scheduler.service.snapshot import BadSpec, namespace_queues, pod_request, queue_of
+from scheduler.service.snapshot import BadSpec, namespace_queues, pod_request, queue_of, rfc3339
 
 Obj = dict[str, Any]
 GROUP, VERSION = API_GROUP, API_VERSION
@@ -51,7 +51,7 @@ class PodRun:
 
 
 def now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(time.time())
 
 
 def run_of(pod: Obj, groups: Mapping[str, Obj], queues: Mapping[str, Obj], deleted_at: str) -> PodRun | None:

@@ -13,7 +13,6 @@ something it reads changed (not on every pod status update), or after at most on
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import math
 import re
 import time
@@ -47,6 +46,7 @@ from scheduler.service.snapshot import (
     evicted_status,
     namespace_conflicts,
     queue_problems,
+    rfc3339,
     usage_status,
 )
 
@@ -73,7 +73,7 @@ log = structlog.get_logger("ferry.scheduler")
 
 
 def _now_iso() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(time.time())
 
 
 @dataclass
@@ -511,7 +511,7 @@ class SchedulerService:
 
     async def _notify(self, snap: Snapshot, d: NotifyWillEvict) -> None:
         """Tell a victim's pods when they will be evicted, so the workload can checkpoint first."""
-        at = dt.datetime.fromtimestamp(d.deadline, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        at = rfc3339(d.deadline)
         writes: list[Awaitable[Any]] = []
         for pod in self._bound_pods(snap, d.job):
             meta = pod["metadata"]

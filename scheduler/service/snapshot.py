@@ -206,7 +206,7 @@ def usage_status(queue: Queue) -> Obj | None:
     """What a Queue's status keeps of its fair-over-time usage (None: no usage kept for it)."""
     if queue.usage_at is None:
         return None
-    return {"gpuSeconds": round(queue.recent_usage / GPU_MILLI, 1), "time": _iso(queue.usage_at)}
+    return {"gpuSeconds": round(queue.recent_usage / GPU_MILLI, 1), "time": rfc3339(queue.usage_at)}
 
 
 def recorded_usage(status: Obj | None) -> dict[str, Any]:
@@ -531,9 +531,9 @@ def evicted_status(attained_gpu_s: float, at: float, moved_at: float | None = No
     """What a PodGroup's status keeps of an evicted gang for its next run (read back by :func:`build`): the
     GPU-seconds it received (rounded down, so that a live model's own figure stays the larger), when, and
     when it was last told to move."""
-    kept: Obj = {ATTAINED_STATUS: math.floor(attained_gpu_s * 1000) / 1000, EVICTED_AT_STATUS: _iso(at)}
+    kept: Obj = {ATTAINED_STATUS: math.floor(attained_gpu_s * 1000) / 1000, EVICTED_AT_STATUS: rfc3339(at)}
     if moved_at is not None:
-        kept[MOVED_AT_STATUS] = _iso(moved_at)
+        kept[MOVED_AT_STATUS] = rfc3339(moved_at)
     return kept
 
 
@@ -555,7 +555,8 @@ def dependencies(namespace: str, value: Any) -> tuple[Dependency, ...]:
     return tuple(out)
 
 
-def _iso(t: float) -> str:
+def rfc3339(t: float) -> str:
+    """A Kubernetes timestamp (whole seconds, UTC) of a Unix time: what this service writes."""
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

@@ -18,7 +18,16 @@ from kubernetes_asyncio import client
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
 from tests.helpers import eventually, swapped
-from tests.integration.test_scheduler_service import GROUP, VERSION, _make_group, _make_queue, _running, _sa, pod
+from tests.integration.test_scheduler_service import (
+    GROUP,
+    VERSION,
+    _make_group,
+    _make_queue,
+    _running,
+    _sa,
+    pod,
+    scheduler_metric,
+)
 
 
 def _swap(path: Path, text: str) -> None:
@@ -126,16 +135,6 @@ async def test_a_young_job_is_not_a_victim_until_its_minimum_runtime(
         await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
 
 
-def _queue_metric(comp: Component, name: str, queue: str) -> float | None:
-    """A queue's sample of the scheduler's /metrics, or None when it does not export one."""
-    import re
-    import urllib.request
-
-    text = urllib.request.urlopen(f"http://127.0.0.1:{comp.spec.ports[0]}/metrics", timeout=5).read().decode()
-    m = re.search(rf'^{re.escape(name)}\{{queue="{re.escape(queue)}"\}} (\S+)$', text, re.M)
-    return float(m.group(1)) if m else None
-
-
 def _ts(text: str) -> float:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
@@ -239,8 +238,9 @@ async def test_a_scheduler_that_starts_continues_the_usage_its_queues_recorded(
             usage = await eventually(recorded, timeout=30, what="the queue's usage recorded by the scheduler")
             # an hour of a one-day half-life: x 0.9715 (plus at most a minute of one GPU); from nothing: ~0
             assert 96_500 <= usage["gpuSeconds"] <= 97_500, usage
-            exported = await eventually(lambda: _queue_metric(scheduler, "kube_ferry_queue_recent_gpu_seconds", queue),
-                                        timeout=10, what="the queue's recent usage exported")
+            exported = await eventually(
+                lambda: scheduler_metric(scheduler, "kube_ferry_queue_recent_gpu_seconds", queue),
+                timeout=10, what="the queue's recent usage exported")
             assert 96_500 <= exported <= 97_600, exported
     finally:
         await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)

@@ -153,13 +153,14 @@ async def test_four_quarter_gpu_pods_share_one_device(
     assert imbalance is not None and 0 <= imbalance < 1000  # exported at most once a second (defined in the README)
 
 
-def scheduler_metric(comp: Component, name: str) -> float | None:
-    """A sample of the scheduler's /metrics, or None when it does not export it."""
+def scheduler_metric(comp: Component, name: str, queue: str | None = None) -> float | None:
+    """A sample of the scheduler's /metrics (a queue's, if given), or None when it does not export it."""
     import re
     import urllib.request
 
     text = urllib.request.urlopen(f"http://127.0.0.1:{comp.spec.ports[0]}/metrics", timeout=5).read().decode()
-    m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+    labels = re.escape(f'{{queue="{queue}"}}') if queue is not None else ""
+    m = re.search(rf"^{re.escape(name)}{labels} (\S+)$", text, re.M)
     return float(m.group(1)) if m else None
 
 
