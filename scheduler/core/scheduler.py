@@ -219,6 +219,16 @@ class Scheduler:
                 self.placer.bind(job, r, node, devices, strict=False)
         if job.bound() and job.phase is JobPhase.PENDING:
             job.phase = JobPhase.RUNNING
+        # What an earlier model (before a restart, under another leader) decided and an adapter kept with the
+        # job: a hold stands for a job still waiting, which had been passed over to get it; a job on loan
+        # stays recallable by its holders.
+        if job.reserved_nodes and job.name not in self.reserved:
+            if job.phase is JobPhase.PENDING and not job.bound():
+                self.reserved[job.name], job.bypassed = job.reserved_nodes, True
+            else:
+                job.reserved_nodes = ()
+        if job.on_loan_from and job.phase.holds_resources:
+            self.on_loan[job.name] = None
         if job.pending() and not job.phase.terminal:
             self.index(job)
         if job.tier is Tier.ELASTIC and not job.phase.terminal:

@@ -40,10 +40,13 @@ from scheduler.service.accounting import Accountant
 from scheduler.service.mirror import Mirror
 from scheduler.service.settings import SettingsFile
 from scheduler.service.snapshot import (
+    HELD_NODES_STATUS,
+    ON_LOAN_STATUS,
     RECENT_USAGE_STATUS,
     GangCounts,
     Snapshot,
     evicted_status,
+    held_status,
     namespace_conflicts,
     queue_problems,
     rfc3339,
@@ -121,6 +124,8 @@ class SchedulerService:
         self._explaining = asyncio.Semaphore(EXPLANATION_WRITERS)  # of the writes above, explanations
         self._explained: dict[str, asyncio.Task[None]] = {}  # job -> its explanation, written in the background
         self._reporting: dict[str, asyncio.Task[None]] = {}  # object -> its status report being written
+        self._holding: set[str] = set()  # jobs whose PodGroup status keeps (or kept) a hold or a loan
+        self._holds_model: Scheduler | None = None  # the model _holding was last checked against
         self.cycles = 0
         self._binder: asyncio.TaskGroup | None = None  # where bindings run while the service runs
         self.leading = asyncio.Event()
@@ -249,11 +254,37 @@ class SchedulerService:
         metrics.CYCLE_SECONDS.observe(time.monotonic() - t0)
         self.cycles += 1
         await self._apply(snap, result, t0)
+        holds = self._sync_holds(sched, snap)
+        if holds:
+            await asyncio.gather(*holds)
         now_m = time.monotonic()
         if now_m - self._reported_at >= QUEUE_STATUS_EVERY_S:
             self._reported_at = now_m
             await self._report_queues(sched, snap)
         return result
+
+    def _sync_holds(self, sched: Scheduler, snap: Snapshot) -> list[Awaitable[Any]]:
+        """Level-triggered: each PodGroup's status keeps the model's holds and loans as they are now
+        (:func:`held_status`), so that a scheduler built after a restart, or a new leader, goes on with them.
+        Looks only at the jobs that hold or borrow, and those whose status still says so."""
+        if self._holds_model is not sched:  # a model built afresh: whatever the statuses say is to be checked
+            self._holds_model = sched
+            self._holding = {job for job, group in snap.group_of.items() if any(
+                ((group or {}).get("status") or {}).get(k) for k in (HELD_NODES_STATUS, ON_LOAN_STATUS))}
+        writes: list[Awaitable[Any]] = []
+        jobs, holding = snap.cluster.jobs, self._holding
+        self._holding = set()
+        for name in {*sched.reserved, *sched.on_loan, *holding}:
+            group = snap.group_of.get(name)
+            if group is None:
+                continue
+            want, have = held_status(jobs.get(name)), group.get("status") or {}
+            same = all(have.get(k) == v for k, v in want.items())
+            if not same or any(v is not None for v in want.values()):
+                self._holding.add(name)  # looked at again until its status says nothing
+            if not same:
+                writes += self._report(f"holds {_uid(group)}", partial(self._patch_group_status, group, want))
+        return writes
 
     async def _report_queues(self, sched: Scheduler, snap: Snapshot) -> None:
         """Queue status and the gauges, recounted from the whole model: at most once per

@@ -54,6 +54,10 @@ DEFAULT_QUEUE = "default"
 ATTAINED_STATUS = "attainedGpuSeconds"
 EVICTED_AT_STATUS = "lastEvictionTime"
 MOVED_AT_STATUS = "lastMoveTime"
+# ... and that it keeps while they hold: the nodes held for a waiting gang (reserve), the holders a gang runs on
+# loan from (lend-holds)
+HELD_NODES_STATUS = "heldNodes"
+ON_LOAN_STATUS = "onLoanFrom"
 # the Queue status field that keeps fair-over-time's usage for a scheduler built after a restart
 RECENT_USAGE_STATUS = "recentUsage"
 
@@ -392,6 +396,8 @@ class JobShape:
     attained_gpu_s: float = 0.0
     stopped_at: float | None = None
     moved_at: float | None = None  # when it was last told to move (consolidation's cooldown), kept the same way
+    held_nodes: tuple[str, ...] = ()  # nodes held for it while it waits (its status, see :func:`held_status`)
+    on_loan_from: tuple[str, ...] = ()  # the waiting gangs whose held nodes it runs on, on loan
 
 
 @dataclass
@@ -437,6 +443,9 @@ def _job(name: str, pods: list[Obj], group: Obj | None, ns_queue: dict[str, str]
               moved_at=shape.moved_at)
     if job.bound():
         job.start_time = shape.started
+        job.on_loan_from = shape.on_loan_from  # of this run: a new run waits, and holds or borrows anew
+    else:
+        job.reserved_nodes = shape.held_nodes
     if shape.will_evict_at and job.bound():
         job.phase = JobPhase.WILL_EVICT
         job.will_evict_deadline = _ts(shape.will_evict_at)
@@ -524,7 +533,22 @@ def _shape(pods: list[Obj], group: Obj | None, namespace_queue: str | None) -> J
                     for o in (*pods, *([group] if group else []))),
         attained_gpu_s=float(gstatus.get(ATTAINED_STATUS) or 0.0), stopped_at=_ts(evicted) if evicted else None,
         moved_at=_ts(moved) if moved else None,
+        held_nodes=_names(gstatus.get(HELD_NODES_STATUS)), on_loan_from=_names(gstatus.get(ON_LOAN_STATUS)),
     )
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    return tuple(str(v) for v in value) if isinstance(value, list) else ()
+
+
+def held_status(job: Job | None) -> Obj:
+    """What a PodGroup's status keeps of the model's holds and loans while they last (read back by
+    :func:`build`): a scheduler built after a restart or by a new leader keeps the hold of a gang that was
+    passed over and can still recall the jobs on loan there. Absent (None) when there is none, so that a
+    merge patch removes the field."""
+    if job is None or job.phase.terminal:
+        return {HELD_NODES_STATUS: None, ON_LOAN_STATUS: None}
+    return {HELD_NODES_STATUS: list(job.reserved_nodes) or None, ON_LOAN_STATUS: list(job.on_loan_from) or None}
 
 
 def evicted_status(attained_gpu_s: float, at: float, moved_at: float | None = None) -> Obj:

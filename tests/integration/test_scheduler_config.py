@@ -209,6 +209,64 @@ async def test_a_held_node_runs_a_job_on_loan_and_recalls_it_when_the_holder_cou
         await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
 
 
+async def test_a_hold_and_its_loan_survive_a_scheduler_restart(
+        planes: ControlPlanes, ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str,
+        private_node: str, tmp_path: Path) -> None:
+    """reserve and lend-holds across a restart: the gang's PodGroup keeps the nodes held for it and the
+    loan's keeps its holder; the restarted scheduler still holds the node and recalls the loan once the
+    holder's own occupants are gone. Had it forgotten them, the loan would be an ordinary occupant, and the
+    8-GPU gang would wait for it to end (here: never)."""
+    core, custom = client.CoreV1Api(compute_api), client.CustomObjectsApi(compute_api)
+    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
+    conf = tmp_path / "config.yaml"
+    conf.write_text("reservationAfterSeconds: 2\nmaxHoldDoublings: 0\n")
+    queue = f"r-{compute_ns}"
+    await _make_queue(custom, queue, compute_ns, victimGraceSeconds=3)
+
+    async def group(name: str, gpus: int) -> None:
+        await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": name},
+            "spec": {"minMember": 1, "queue": queue}})
+        await core.create_namespaced_pod(compute_ns, pod(f"{name}-0", compute_ns, gpus=gpus, group=name))
+
+    async def status(name: str) -> dict[str, Any]:
+        got = await custom.get_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", name)
+        return dict(got.get("status") or {})
+
+    try:
+        with configured_scheduler(planes, ferry_scheduler, conf, f"{compute_ns}/scheduler-config") as scheduler:
+            await group("occupant", 4)
+            await eventually(lambda: _running(core, compute_ns, "occupant", 1), timeout=30, what="occupant running")
+            await group("big", 8)
+            await group("small", 2)  # passes big, which therefore starves
+            await eventually(lambda: _running(core, compute_ns, "small", 1), timeout=30, what="small running")
+
+            async def kept(name: str, field: str, value: list[str] | None) -> bool:
+                return (await status(name)).get(field) == value
+
+            await eventually(lambda: kept("big", "heldNodes", [private_node]), timeout=30,
+                             what="the hold kept in big's PodGroup")
+            await group("loan", 2)  # fits only on the held node
+            await eventually(lambda: kept("loan", "onLoanFrom", [f"{compute_ns}/big"]), timeout=30,
+                             what="the loan kept in its PodGroup")
+            scheduler.stop()
+            scheduler.start()
+            scheduler.wait_ready()
+            for name in ("occupant-0", "small-0"):
+                await core.delete_namespaced_pod(name, compute_ns, grace_period_seconds=0)
+
+            async def recalled() -> str | None:
+                p = await core.read_namespaced_pod("loan-0", compute_ns)
+                return (p.metadata.annotations or {}).get("kubeferry.io/will-evict-at")
+
+            await eventually(recalled, timeout=30, what="the loan's notice from the restarted scheduler")
+            await eventually(lambda: _running(core, compute_ns, "big", 1), timeout=40, what="the holder running")
+            await eventually(lambda: kept("big", "heldNodes", None), timeout=30,
+                             what="the hold gone from big's PodGroup once it runs")
+    finally:
+        await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
+
+
 async def test_a_scheduler_that_starts_continues_the_usage_its_queues_recorded(
         planes: ControlPlanes, ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str,
         private_node: str, tmp_path: Path) -> None:

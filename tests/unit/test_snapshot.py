@@ -12,6 +12,7 @@ from scheduler.service.snapshot import (
     build,
     build_queue,
     evicted_status,
+    held_status,
     namespace_conflicts,
     namespace_queues,
 )
@@ -173,6 +174,53 @@ def test_a_model_built_after_a_restart_knows_what_an_evicted_gang_received_from_
     assert returned.moved_at == t0 + 20
     assert returned.waiting_since == t0 + 100  # its wait: from its return (after the eviction), not from now
     assert first_to_run({"phase": "Evicted"})[0] == "ns/g"  # nothing kept: it counts as fresh, and is older
+
+
+def test_a_model_built_after_a_restart_keeps_a_hold_and_recalls_the_job_on_loan_there() -> None:
+    """reserve and lend-holds across a restart: the service keeps :func:`held_status` in the PodGroups, and a
+    model built from them later keeps the waiting gang's hold (a newcomer goes there only on loan) and
+    recalls the jobs on loan once the gang could start. Forgotten, the newcomer takes the node outright and
+    the loan becomes an occupant the gang waits for, however long it runs."""
+    from scheduler.core.decisions import NotifyWillEvict
+    from scheduler.core.model import JobPhase
+    from scheduler.core.scheduler import Scheduler, SchedulerConfig
+
+    t0 = 1795946400.0  # 2026-11-29T10:00:00Z; the gang has waited an hour, past reservationAfterSeconds
+
+    def member(name: str, gpus: str, node: str | None = None) -> dict[str, Any]:
+        p = pod(name, gpus=gpus, node=node)
+        p["metadata"].update(labels={"kubeferry.io/pod-group": name}, creationTimestamp="2026-11-29T09:00:00Z")
+        return p
+
+    def model(kept: bool) -> Scheduler:
+        pods = {"ns/occupant": member("occupant", "4", "n0"), "ns/loan": member("loan", "2", "n0"),
+                "ns/big": member("big", "8"), "ns/late": member("late", "2")}  # late: a 2-GPU newcomer
+        status = {"big": {"heldNodes": ["n0"]}, "loan": {"onLoanFrom": ["ns/big"]}} if kept else {}
+        phase = {"occupant": "Running", "loan": "Running", "big": "Pending", "late": "Pending"}
+        groups = {f"ns/{n}": {"metadata": {"name": n, "namespace": "ns"}, "spec": {"minMember": 1},
+                              "status": {"phase": p, **status.get(n, {})}} for n, p in phase.items()}
+        snap = build(NODES, pods, groups, {}, t0)
+        sched = Scheduler(snap.cluster, SchedulerConfig.preset("ferry"))
+        sched.cycle(t0)
+        return sched
+
+    sched = model(kept=True)
+    jobs = sched.cluster.jobs
+    assert held_status(jobs["ns/big"]) == {"heldNodes": ["n0"], "onLoanFrom": None}
+    assert held_status(jobs["ns/loan"]) == {"heldNodes": None, "onLoanFrom": ["ns/big"]}
+    assert jobs["ns/late"].on_loan_from == ("ns/big",)  # the hold stands: the newcomer is only lent the node
+    sched.finish("ns/occupant")
+    notices = sched.cycle(t0 + 10).of(NotifyWillEvict)
+    assert sorted((n.job, n.preemptor) for n in notices if isinstance(n, NotifyWillEvict)) == [
+        ("ns/late", "ns/big"), ("ns/loan", "ns/big")]
+    assert jobs["ns/big"].phase is JobPhase.PRIVILEGED
+
+    forgot = model(kept=False)
+    late = forgot.cluster.jobs["ns/late"]
+    assert late.on_loan_from == () and late.phase is JobPhase.RUNNING  # on the node outright
+    forgot.finish("ns/occupant")
+    assert not forgot.cycle(t0 + 10).of(NotifyWillEvict)
+    assert forgot.cluster.jobs["ns/big"].phase is JobPhase.PENDING
 
 
 def test_a_queue_built_from_its_object_continues_the_usage_its_status_recorded() -> None:
