@@ -139,6 +139,34 @@ def _ts(text: str) -> float:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
+async def _one_pod_group(core: client.CoreV1Api, custom: client.CustomObjectsApi, ns: str, queue: str, name: str,
+                         gpus: int) -> None:
+    await custom.create_namespaced_custom_object(GROUP, VERSION, ns, "podgroups", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": name},
+        "spec": {"minMember": 1, "queue": queue}})
+    await core.create_namespaced_pod(ns, pod(f"{name}-0", ns, gpus=gpus, group=name))
+
+
+async def _group_status(custom: client.CustomObjectsApi, ns: str, name: str) -> dict[str, Any]:
+    got = await custom.get_namespaced_custom_object(GROUP, VERSION, ns, "podgroups", name)
+    return dict(got.get("status") or {})
+
+
+async def _passed_over_gang(core: client.CoreV1Api, custom: client.CustomObjectsApi, ns: str, queue: str) -> None:
+    """A 4-GPU occupant on the private node, then an 8-GPU gang ``big`` that a 2-GPU job ``small`` passes, so
+    that big starves (and, after reservationAfterSeconds, holds the node)."""
+    await _one_pod_group(core, custom, ns, queue, "occupant", 4)
+    await eventually(lambda: _running(core, ns, "occupant", 1), timeout=30, what="occupant running")
+    await _one_pod_group(core, custom, ns, queue, "big", 8)
+    await _one_pod_group(core, custom, ns, queue, "small", 2)
+    await eventually(lambda: _running(core, ns, "small", 1), timeout=30, what="small running")
+
+
+async def _notice(core: client.CoreV1Api, ns: str, name: str) -> str | None:
+    p = await core.read_namespaced_pod(name, ns)
+    return (p.metadata.annotations or {}).get("kubeferry.io/will-evict-at")
+
+
 def test_a_bad_file_at_start_is_an_exit_with_the_reason(planes: ControlPlanes, tmp_path: Path) -> None:
     conf = tmp_path / "config.yaml"
     conf.write_text("maxReservedFraction: 3\n")
@@ -163,29 +191,19 @@ async def test_a_held_node_runs_a_job_on_loan_and_recalls_it_when_the_holder_cou
     queue = f"l-{compute_ns}"
     await _make_queue(custom, queue, compute_ns, victimGraceSeconds=3)
 
-    async def group(name: str, gpus: int) -> None:
-        await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": name},
-            "spec": {"minMember": 1, "queue": queue}})
-        await core.create_namespaced_pod(compute_ns, pod(f"{name}-0", compute_ns, gpus=gpus, group=name))
-
     async def condition(name: str) -> str:
-        got = await custom.get_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", name)
-        return " ".join(c.get("message", "") for c in (got.get("status") or {}).get("conditions") or [])
+        status = await _group_status(custom, compute_ns, name)
+        return " ".join(c.get("message", "") for c in status.get("conditions") or [])
 
     try:
         with configured_scheduler(planes, ferry_scheduler, conf, f"{compute_ns}/scheduler-config"):
-            await group("occupant", 4)
-            await eventually(lambda: _running(core, compute_ns, "occupant", 1), timeout=30, what="occupant running")
-            await group("big", 8)
-            await group("small", 2)  # passes big, which therefore starves
-            await eventually(lambda: _running(core, compute_ns, "small", 1), timeout=30, what="small running")
+            await _passed_over_gang(core, custom, compute_ns, queue)
 
             async def holding() -> bool:
                 return f"holding node(s) {private_node} until they drain" in await condition("big")
 
             await eventually(holding, timeout=30, what="big holding the private node")
-            await group("loan", 2)  # fits only on the held node
+            await _one_pod_group(core, custom, compute_ns, queue, "loan", 2)  # fits only on the held node
             await eventually(lambda: _running(core, compute_ns, "loan", 1), timeout=30, what="loan running")
 
             async def told_on_loan() -> bool:  # the condition follows the bind: the pod may run first
@@ -194,12 +212,7 @@ async def test_a_held_node_runs_a_job_on_loan_and_recalls_it_when_the_holder_cou
             await eventually(told_on_loan, timeout=30, what="the loan's Scheduled condition")
             for name in ("occupant-0", "small-0"):
                 await core.delete_namespaced_pod(name, compute_ns, grace_period_seconds=0)
-
-            async def recalled() -> str | None:
-                p = await core.read_namespaced_pod("loan-0", compute_ns)
-                return (p.metadata.annotations or {}).get("kubeferry.io/will-evict-at")
-
-            await eventually(recalled, timeout=30, what="the loan's notice")
+            await eventually(lambda: _notice(core, compute_ns, "loan-0"), timeout=30, what="the loan's notice")
             events = (await core.list_namespaced_event(compute_ns, field_selector="involvedObject.name=loan-0")).items
             assert any("on loan on node(s) held for" in (e.message or "") for e in events), \
                 [(e.reason, e.message) for e in events]
@@ -223,30 +236,15 @@ async def test_a_hold_and_its_loan_survive_a_scheduler_restart(
     queue = f"r-{compute_ns}"
     await _make_queue(custom, queue, compute_ns, victimGraceSeconds=3)
 
-    async def group(name: str, gpus: int) -> None:
-        await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": name},
-            "spec": {"minMember": 1, "queue": queue}})
-        await core.create_namespaced_pod(compute_ns, pod(f"{name}-0", compute_ns, gpus=gpus, group=name))
-
-    async def status(name: str) -> dict[str, Any]:
-        got = await custom.get_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", name)
-        return dict(got.get("status") or {})
+    async def kept(name: str, field: str, value: list[str] | None) -> bool:
+        return (await _group_status(custom, compute_ns, name)).get(field) == value
 
     try:
         with configured_scheduler(planes, ferry_scheduler, conf, f"{compute_ns}/scheduler-config") as scheduler:
-            await group("occupant", 4)
-            await eventually(lambda: _running(core, compute_ns, "occupant", 1), timeout=30, what="occupant running")
-            await group("big", 8)
-            await group("small", 2)  # passes big, which therefore starves
-            await eventually(lambda: _running(core, compute_ns, "small", 1), timeout=30, what="small running")
-
-            async def kept(name: str, field: str, value: list[str] | None) -> bool:
-                return (await status(name)).get(field) == value
-
+            await _passed_over_gang(core, custom, compute_ns, queue)
             await eventually(lambda: kept("big", "heldNodes", [private_node]), timeout=30,
                              what="the hold kept in big's PodGroup")
-            await group("loan", 2)  # fits only on the held node
+            await _one_pod_group(core, custom, compute_ns, queue, "loan", 2)  # fits only on the held node
             await eventually(lambda: kept("loan", "onLoanFrom", [f"{compute_ns}/big"]), timeout=30,
                              what="the loan kept in its PodGroup")
             scheduler.stop()
@@ -254,12 +252,8 @@ async def test_a_hold_and_its_loan_survive_a_scheduler_restart(
             scheduler.wait_ready()
             for name in ("occupant-0", "small-0"):
                 await core.delete_namespaced_pod(name, compute_ns, grace_period_seconds=0)
-
-            async def recalled() -> str | None:
-                p = await core.read_namespaced_pod("loan-0", compute_ns)
-                return (p.metadata.annotations or {}).get("kubeferry.io/will-evict-at")
-
-            await eventually(recalled, timeout=30, what="the loan's notice from the restarted scheduler")
+            await eventually(lambda: _notice(core, compute_ns, "loan-0"), timeout=30,
+                             what="the loan's notice from the restarted scheduler")
             await eventually(lambda: _running(core, compute_ns, "big", 1), timeout=40, what="the holder running")
             await eventually(lambda: kept("big", "heldNodes", None), timeout=30,
                              what="the hold gone from big's PodGroup once it runs")
