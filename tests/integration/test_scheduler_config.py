@@ -17,7 +17,7 @@ from kubernetes_asyncio import client
 
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
-from tests.helpers import eventually, swapped
+from tests.helpers import eventually, kubectl, swapped
 from tests.integration.test_scheduler_service import (
     GROUP,
     VERSION,
@@ -247,6 +247,10 @@ async def test_a_hold_and_its_loan_survive_a_scheduler_restart(
             await _one_pod_group(core, custom, compute_ns, queue, "loan", 2)  # fits only on the held node
             await eventually(lambda: kept("loan", "onLoanFrom", [f"{compute_ns}/big"]), timeout=30,
                              what="the loan kept in its PodGroup")
+            wide = kubectl(planes.bin.path("kubectl"), planes.kubeconfig("compute"), "get", "podgroups", "-n",
+                           compute_ns, "-o", "wide").stdout  # where the admin looks
+            rows = {line.split()[0]: line for line in wide.splitlines()[1:]}
+            assert f'["{private_node}"]' in rows["big"] and f'["{compute_ns}/big"]' in rows["loan"], wide
             scheduler.stop()
             scheduler.start()
             scheduler.wait_ready()
