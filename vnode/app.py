@@ -31,6 +31,7 @@ from vnode.kubelet import KubeletAPI, ssl_context
 from vnode.node import VirtualNode
 from vnode.pods import PodReconciler
 from vnode.translate import needs_of
+from vnode.volumes import Volumes
 
 Obj = dict[str, Any]
 log = structlog.get_logger("ferry.vnode")
@@ -49,10 +50,12 @@ class Vnode:
         self.b = cfg.bridge()
         self.tenant = tenant
         self.compute = compute
-        self.caches = Caches(self.b, tenant, compute, tenant_crds)
+        self.caches = Caches(self.b, tenant, compute, tenant_crds, volumes=bool(cfg.storage_class))
         self.recorder = Recorder(tenant, "kube-ferry-vnode", cfg.node)
+        self.volumes = (Volumes(self.b, cfg.storage_class, cfg.compute_storage_class or None, tenant, compute,
+                                self.caches) if cfg.storage_class else None)
         self.pods = PodReconciler(self.b, tenant, compute, self.caches, self.recorder, cfg.node_ip, cfg.pod_security,
-                                  cfg.token_refresh_at)
+                                  cfg.token_refresh_at, self.volumes)
         self.binder = Binder(cfg.node, cfg.served_schedulers, tenant, self.caches, self.pods.gangs,
                              kueue_present=KUEUE_WORKLOADS in tenant_crds)
         self.node = VirtualNode(cfg.node, cfg.tenant, cfg.node_ip, cfg.kubelet_port, tenant, self.caches,
@@ -77,6 +80,9 @@ class Vnode:
         c.tenant_secrets.on_change = self._dependency_changed("secret")
         c.compute_nodes.on_change = lambda *_: self.node.changed.set()
         c.compute_queues.on_change = lambda *_: self.node.changed.set()
+        if self.volumes is not None:
+            c.tenant_claims.on_change = self.volumes.on_tenant_claim
+            c.tenant_volumes.on_change = self.volumes.on_tenant_volume
 
     def _compute_group_changed(self, kind: str, group: Obj) -> None:
         meta = group["metadata"]
@@ -176,6 +182,8 @@ class Vnode:
         log.info("caches synced", tenant_pods=len(self.caches.tenant_pods.store),
                  compute_pods=len(self.caches.compute_pods.store))
         self.pods.enqueue_all()
+        if self.volumes is not None:
+            self.volumes.enqueue_all()
         loop = asyncio.get_running_loop()
         last_resync = loop.time()
         was_reachable = True
@@ -224,6 +232,8 @@ class Vnode:
             tg.create_task(self.binder.queue.run(self.binder.reconcile, self.cfg.workers))
             tg.create_task(self.events.run(self.mirror_events, 2))
             tg.create_task(self.groups.run(self.reflect_group, 2))
+            if self.volumes is not None:
+                tg.create_task(self.volumes.queue.run(self.volumes.reconcile, 2))
             tg.create_task(self.maintain())
             tg.create_task(give_back_periodically(metrics.MEMORY_GIVEN_BACK.inc))
 

@@ -29,7 +29,7 @@ def slim_event(ev: Obj) -> Obj:
 
 
 class Caches:
-    def __init__(self, b: Bridge, tenant: Rest, compute: Rest, tenant_crds: set[str]) -> None:
+    def __init__(self, b: Bridge, tenant: Rest, compute: Rest, tenant_crds: set[str], volumes: bool = False) -> None:
         owned = naming.owned_selector(b.tenant, b.node)
         ns = b.namespace
         backoff = 1.0  # reconnect fast: convergence after an outage is bounded by this
@@ -63,6 +63,16 @@ class Caches:
                                   cache=False)
         self.compute_nodes = inf("compute-nodes", compute, path("", "v1", "nodes"))
         self.compute_queues = inf("compute-queues", compute, path(*QUEUES), fieldSelector=f"metadata.name={b.queue}")
+        # persistent volumes (vnode/volumes.py), when the vnode provisions a storage class: the tenant's
+        # claims, the volumes it made for them, and their compute claims
+        self.volume_side: list[Informer] = []
+        if volumes:
+            self.tenant_claims = inf("tenant-claims", tenant, path("", "v1", "persistentvolumeclaims"))
+            self.tenant_volumes = inf("tenant-volumes", tenant, path("", "v1", "persistentvolumes"),
+                                      labelSelector=owned)
+            self.compute_claims = inf("compute-claims", compute, path("", "v1", "persistentvolumeclaims", ns),
+                                      labelSelector=owned)
+            self.volume_side = [self.tenant_claims, self.tenant_volumes, self.compute_claims]
 
     @property
     def tenant_side(self) -> list[Informer]:
@@ -76,7 +86,7 @@ class Caches:
 
     @property
     def all(self) -> list[Informer]:
-        return [*self.tenant_side, *self.compute_side]
+        return [*self.tenant_side, *self.compute_side, *self.volume_side]
 
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.all)

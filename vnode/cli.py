@@ -43,6 +43,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "apiserver answers 429 for a moment)")
     p.add_argument("--token-refresh-at", type=float, default=0.8,
                    help="renew a pod's ServiceAccount token after this share of its life (kubelets: 0.8)")
+    p.add_argument("--storage-class", default="",
+                   help="tenant StorageClass whose claims this vnode provisions as claims in the compute namespace "
+                        "(provisioner kubeferry.io/vnode); default: none, and pods mounting claims are refused")
+    p.add_argument("--compute-storage-class", default="",
+                   help="StorageClass of those compute claims (default: the compute cluster's default class)")
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=run)
 
@@ -65,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
             max_pods=args.max_pods, workers=args.workers, heartbeat_s=args.heartbeat,
             gc_interval_s=args.gc_interval, gc_min_age_s=args.gc_min_age,
             unreachable_after_s=args.unreachable_after, token_refresh_at=args.token_refresh_at,
+            storage_class=args.storage_class, compute_storage_class=args.compute_storage_class,
         )
     except ValidationError as exc:
         err = exc.errors()[0]

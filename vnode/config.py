@@ -35,6 +35,10 @@ class VnodeConfig(BaseModel):
     gc_min_age_s: float = Field(60.0, ge=5)  # a younger unused copy may be for a pod being created
     unreachable_after_s: float = Field(10.0, ge=0)  # compute API failing this long before the node says so
     token_refresh_at: float = Field(0.8, gt=0, lt=1)  # share of a token's life after which it is renewed
+    # the tenant StorageClass whose claims this vnode provisions in the compute cluster (vnode/volumes.py);
+    # empty: none, and pods mounting claims are refused
+    storage_class: str = ""
+    compute_storage_class: str = ""  # the compute claims' class; empty: the compute cluster's default
 
     @field_validator("tenant_kubeconfig", "compute_kubeconfig")
     @classmethod

@@ -22,6 +22,7 @@ from vnode.copies import Copies, MissingDependency
 from vnode.events import Recorder
 from vnode.gangs import Gangs, InvalidGroup, NotReady
 from vnode.translate import FORWARDING_GATE, Bridge, PodSecurity, compute_pod, refusal
+from vnode.volumes import ClaimNotReady, UnservableClaim, Volumes
 
 Obj = dict[str, Any]
 log = structlog.get_logger("ferry.vnode.pods")
@@ -32,7 +33,8 @@ STRATEGIC = "application/strategic-merge-patch+json"
 
 class PodReconciler:
     def __init__(self, b: Bridge, tenant: Rest, compute: Rest, caches: Caches, recorder: Recorder,
-                 host_ip: str, pod_security: PodSecurity, token_refresh_at: float = 0.8) -> None:
+                 host_ip: str, pod_security: PodSecurity, token_refresh_at: float = 0.8,
+                 volumes: Volumes | None = None) -> None:
         self.b = b
         self.tenant = tenant
         self.compute = compute
@@ -42,6 +44,7 @@ class PodReconciler:
         self.pod_security = pod_security
         self.copies = Copies(b, tenant, compute, caches, token_refresh_at)
         self.gangs = Gangs(b, tenant, compute, caches)
+        self.volumes = volumes  # claims the pods mount, when the vnode provisions a storage class
         # Retries are capped low: after an outage every failed key must come back within seconds.
         self.queue = WorkQueue("pods", max_delay=2.0)
         self.last_compute: dict[str, Obj] = {}  # tenant key -> last compute pod seen (for preemption)
@@ -145,19 +148,21 @@ class PodReconciler:
         await self._mirror(key, tp, cp)
 
     async def _create(self, key: str, tp: Obj) -> None:
-        why = refusal(tp, self.pod_security)
+        why = refusal(tp, self.pod_security, claims=self.volumes is not None)
         if why is not None:
             await self._refuse(tp, why)
             return
         try:
+            if self.volumes is not None:
+                await self.volumes.ensure(tp)
             await self.gangs.ensure(tp)
             refresh = await self.copies.ensure(tp)
-        except InvalidGroup as exc:
+        except (InvalidGroup, UnservableClaim) as exc:
             await self._refuse(tp, str(exc))
             return
-        except (MissingDependency, NotReady) as exc:
-            await self.events.emit(tp, "Warning", "FailedMount" if isinstance(exc, MissingDependency) else
-                                   "GangNotReady", f"waiting before creating the pod: {exc}", key=str(exc))
+        except (MissingDependency, ClaimNotReady, NotReady) as exc:
+            await self.events.emit(tp, "Warning", "GangNotReady" if isinstance(exc, NotReady) else "FailedMount",
+                                   f"waiting before creating the pod: {exc}", key=str(exc))
             raise
         body = compute_pod(tp, self.b)
         url = path("", "v1", "pods", self.b.namespace)

@@ -100,15 +100,19 @@ def _containers(spec: Obj) -> list[Obj]:
     return [*spec.get("initContainers", []), *spec.get("containers", [])]
 
 
-def refusal(pod: Obj, level: PodSecurity = "baseline") -> str | None:
-    """Why this pod may not run in the shared cluster, or None. Checked before anything is created."""
+def refusal(pod: Obj, level: PodSecurity = "baseline", claims: bool = False) -> str | None:
+    """Why this pod may not run in the shared cluster, or None. Checked before anything is created.
+    ``claims``: the vnode provisions a storage class (vnode/volumes.py), so claims may be mounted."""
     spec = pod.get("spec", {})
     for vol in spec.get("volumes", []):
         kinds = [k for k in vol if k != "name"]
         for kind in kinds:
             if kind == "hostPath":
                 return f"volume {vol.get('name')!r} uses hostPath, which the shared compute cluster does not allow"
-            if kind not in SUPPORTED_VOLUMES:
+            if kind == "persistentVolumeClaim" and not claims:
+                return (f"volume {vol.get('name')!r} has type persistentVolumeClaim, and this virtual node "
+                        "provisions no storage class (its --storage-class)")
+            if kind not in SUPPORTED_VOLUMES and kind != "persistentVolumeClaim":
                 return (f"volume {vol.get('name')!r} has type {kind}, which Kube-Ferry cannot provide in the "
                         f"compute cluster (supported: {', '.join(sorted(SUPPORTED_VOLUMES))})")
     if level == "privileged":
@@ -223,6 +227,8 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
             cm["name"] = rename_cm[cm["name"]]
         if sec := vol.get("secret"):
             sec["secretName"] = rename_sec[sec["secretName"]]
+        if claim := vol.get("persistentVolumeClaim"):  # its compute claim (vnode/volumes.py)
+            claim["claimName"] = naming.compute_name(b.tenant, ns, claim["claimName"])
         if proj := vol.get("projected"):
             proj["sources"] = [s for src in proj.get("sources") or []
                                for s in _projected(src, rename_cm, rename_sec, token)]

@@ -327,8 +327,8 @@ class ControlPlanes:
 
     def install_crds(self) -> None:
         """Install Kube-Ferry: CRDs, the default Queue and vnode rights in the compute cluster, one
-        namespace + Queue per tenant; in each tenant cluster the vnode's rights and PodGroup CRDs of the
-        gang conventions it plays. Idempotent (server-side apply)."""
+        namespace + Queue per tenant; in each tenant cluster the vnode's rights, the StorageClass it
+        provisions and PodGroup CRDs of the gang conventions it plays. Idempotent (server-side apply)."""
         crds = MANIFESTS / "crds"
         self._kubectl(COMPUTE, "apply", "--server-side", "-k", str(crds))
         self._kubectl(COMPUTE, "wait", "--for=condition=Established", "--timeout=60s", *_files(crds))
@@ -343,7 +343,8 @@ class ControlPlanes:
             self._kubectl(COMPUTE, "apply", "--server-side", "-f", "-", stdin=template.replace("${TENANT}", tenant))
             tcrds = MANIFESTS / "tenant-crds"
             self._kubectl(tenant, "apply", "--server-side", "-k", str(tcrds))
-            self._kubectl(tenant, "apply", "--server-side", "-f", str(MANIFESTS / "tenant" / "rbac-vnode.yaml"))
+            self._kubectl(tenant, "apply", "--server-side", "-f", str(MANIFESTS / "tenant" / "rbac-vnode.yaml"),
+                          "-f", str(MANIFESTS / "tenant" / "storageclass.yaml"))
             self._kubectl(tenant, "wait", "--for=condition=Established", "--timeout=60s", *_files(tcrds))
 
     @functools.cached_property
@@ -388,7 +389,7 @@ class ControlPlanes:
                   f"--compute-kubeconfig={self.clusters[COMPUTE].pki / f'vnode-{tenant}.kubeconfig'}",
                   f"--kubelet-port={kubelet}", f"--metrics-port={metrics}",
                   f"--serving-cert={tp / 'vnode-serving.crt'}", f"--serving-key={tp / 'vnode-serving.key'}",
-                  f"--client-ca={tp / 'ca.crt'}", *extra],
+                  f"--client-ca={tp / 'ca.crt'}", "--storage-class=kube-ferry", *extra],
             log=self._log(f"{tenant}-vnode"),
             probe=http_probe("127.0.0.1", metrics, "/readyz"),
             ports=(kubelet, metrics),

@@ -7,6 +7,7 @@ import asyncio
 import base64
 import uuid
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -686,3 +687,63 @@ async def _caches_hold_only_their_pods(core: client.CoreV1Api, vnode: Component)
     on_node = await core.list_pod_for_all_namespaces(field_selector="spec.nodeName=ferry-tenant-1")
     unbound = await core.list_pod_for_all_namespaces(field_selector="spec.nodeName=")
     return cached.get("tenant-pods") == len(on_node.items) and cached.get("tenant-unbound-pods") == len(unbound.items)
+
+
+async def _claim(core: client.CoreV1Api, ns: str, name: str, phase: str) -> Any:
+    claim = await core.read_namespaced_persistent_volume_claim(name, ns)
+    return claim if claim.status.phase == phase else None
+
+
+def _claim_body(name: str, storage_class: str, size: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"storageClassName": storage_class, "accessModes": ["ReadWriteOnce"],
+                                                 "resources": {"requests": {"storage": size}}}}
+
+
+async def _gone(read: Any) -> bool:
+    try:
+        await read()
+    except ApiException as exc:
+        return exc.status == 404
+    return False
+
+
+async def test_a_claim_of_the_vnodes_storage_class_lives_in_the_compute_namespace_as_long_as_it_does(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """Persistent volumes: a tenant claim of class kube-ferry is Bound at once to a volume pinned to the
+    virtual node and made as a claim of the same size in the compute namespace; a pod mounting it runs
+    with the compute claim mounted, and a new run of a pod finds the same claim; deleting the claim
+    removes both. A claim of another class is refused with the reason, and nothing reaches compute."""
+    core, ccore = client.CoreV1Api(tenant_api), client.CoreV1Api(compute_api)
+    await core.create_namespaced_persistent_volume_claim(tenant_ns, _claim_body("ckpt", "kube-ferry", "5Gi"))
+    bound = await eventually(lambda: _claim(core, tenant_ns, "ckpt", "Bound"), what="the claim Bound")
+    volume = await core.read_persistent_volume(bound.spec.volume_name)
+    [term] = volume.spec.node_affinity.required.node_selector_terms
+    assert term.match_fields[0].values == ["ferry-tenant-1"]  # its pods go to the virtual node
+    cname = naming.compute_name("tenant-1", tenant_ns, "ckpt")
+    cclaim = await ccore.read_namespaced_persistent_volume_claim(cname, "tenant-1")
+    assert cclaim.spec.resources.requests["storage"] == "5Gi" and cclaim.spec.access_modes == ["ReadWriteOnce"]
+
+    mount = [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "ckpt"}}]
+    for run in ("trainer-1", "trainer-2"):  # a job's runs, one after the other: the same data
+        uid = (await core.create_namespaced_pod(tenant_ns, tenant_pod(
+            run, automountServiceAccountToken=False, volumes=mount))).metadata.uid
+        await eventually(partial(_with_phase, core, tenant_ns, run, "Running"), what=f"{run} Running")
+        cp = await compute_pod_of(compute_api, "tenant-1", uid)
+        assert [v.persistent_volume_claim.claim_name for v in cp.spec.volumes if v.persistent_volume_claim] == [cname]
+        await core.delete_namespaced_pod(run, tenant_ns, grace_period_seconds=0)
+        await eventually(partial(_gone, partial(core.read_namespaced_pod, run, tenant_ns)), what=f"{run} gone")
+
+    await core.create_namespaced_persistent_volume_claim(tenant_ns, _claim_body("local", "standard", "1Gi"))
+    body = operator_pod("elsewhere", scheduler="kube-ferry")  # bound by the vnode: no volume check upstream
+    body["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "local"}}]
+    body["spec"].pop("priorityClassName")
+    uid = (await core.create_namespaced_pod(tenant_ns, body)).metadata.uid
+    failed = await eventually(lambda: _with_phase(core, tenant_ns, "elsewhere", "Failed"), what="refused pod Failed")
+    assert failed.status.reason == "Refused" and "storage class 'standard'" in failed.status.message
+    assert await compute_pod_of(compute_api, "tenant-1", uid) is None
+
+    await core.delete_namespaced_persistent_volume_claim("ckpt", tenant_ns)
+    await eventually(lambda: _gone(lambda: ccore.read_namespaced_persistent_volume_claim(cname, "tenant-1")),
+                     timeout=60, what="the compute claim deleted with the tenant claim")
+    await eventually(lambda: _gone(lambda: core.read_persistent_volume(bound.spec.volume_name)), timeout=60,
+                     what="the volume deleted")

@@ -110,6 +110,16 @@ def test_unsafe_pods_are_refused_with_a_reason(patch: dict[str, Any], words: str
     assert why is not None and words in why
 
 
+def test_a_claim_is_mounted_as_its_compute_claim_only_where_the_vnode_provisions_a_storage_class() -> None:
+    pod = tenant_pod(volumes=[{"name": "ckpt", "persistentVolumeClaim": {"claimName": "ckpt", "readOnly": True}}])
+    pod["metadata"]["namespace"] = "ml"
+    assert "provisions no storage class" in (refusal(pod, "baseline") or "")
+    assert refusal(pod, "baseline", claims=True) is None
+    [vol] = compute_pod(pod, B)["spec"]["volumes"]
+    assert vol == {"name": "ckpt", "persistentVolumeClaim": {"claimName": naming.compute_name("tenant-1", "ml", "ckpt"),
+                                                             "readOnly": True}}
+
+
 def test_baseline_capabilities_pass_but_not_under_restricted() -> None:
     pod = tenant_pod(containers=[{"name": "c", "image": "i",
                                   "securityContext": {"capabilities": {"add": ["CHOWN"]}}}])
