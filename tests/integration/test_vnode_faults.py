@@ -295,3 +295,45 @@ async def _fails_compute_pod_lost(core: client.CoreV1Api, ns: str, name: str) ->
 
 async def _none(items: Any) -> bool:
     return not await items
+
+
+async def _bound_to(core: client.CoreV1Api, ns: str, name: str) -> str | None:
+    claim = await core.read_namespaced_persistent_volume_claim(name, ns)
+    return str(claim.spec.volume_name) if claim.status.phase == "Bound" else None
+
+
+async def _absent(compute: Rest, url: str) -> bool:
+    return await compute.get_or_none(url) is None
+
+
+@pytest.mark.faults
+async def test_claims_made_and_deleted_while_the_vnode_is_down_converge_when_it_is_back(
+        vnodes: dict[str, Component], tenant_api: client.ApiClient, compute_api: client.ApiClient,
+        tenant_ns: str) -> None:
+    """Persistent volumes are level-triggered: a claim made while the vnode is stopped is provisioned when
+    it is back, and one deleted while it is stopped has its compute claim and volume removed."""
+    core, compute = client.CoreV1Api(tenant_api), Rest(compute_api)
+
+    def claim(name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "spec": {"storageClassName": "kube-ferry", "accessModes": ["ReadWriteOnce"],
+                                                     "resources": {"requests": {"storage": "1Gi"}}}}
+
+    def compute_url(name: str) -> str:
+        return path("", "v1", "persistentvolumeclaims", "tenant-1", naming.compute_name("tenant-1", tenant_ns, name))
+
+    await core.create_namespaced_persistent_volume_claim(tenant_ns, claim("old"))
+    volume = await eventually(lambda: _bound_to(core, tenant_ns, "old"), what="old Bound")
+    assert await compute.get_or_none(compute_url("old")) is not None
+    vnode = vnodes["tenant-1"]
+    vnode.kill()
+    try:
+        await core.delete_namespaced_persistent_volume_claim("old", tenant_ns)
+        await core.create_namespaced_persistent_volume_claim(tenant_ns, claim("new"))
+    finally:
+        vnode.start()
+        vnode.wait_ready()
+    await eventually(lambda: _bound_to(core, tenant_ns, "new"), what="new Bound after the restart")
+    assert await compute.get_or_none(compute_url("new")) is not None
+    await eventually(lambda: _absent(compute, compute_url("old")), what="old's compute claim removed")
+    await eventually(lambda: _absent(Rest(tenant_api), path("", "v1", "persistentvolumes", name=volume)),
+                     what="old's volume removed")
