@@ -72,6 +72,7 @@ EXPLANATION_WRITERS = 8
 QUEUE_STATUS_EVERY_S = 1.0
 USAGE_RECORD_EVERY_S = 60.0  # a Queue's recorded usage changes every cycle but matters over hours
 _NUMBER = re.compile(r"\d+(\.\d+)?")
+SELECTED_NODE = "volume.kubernetes.io/selected-node"  # where a WaitForFirstConsumer claim is to be provisioned
 log = structlog.get_logger("ferry.scheduler")
 
 
@@ -532,10 +533,39 @@ class SchedulerService:
                      "target": {"apiVersion": "v1", "kind": "Node", "name": d.node}}
         if d.devices:
             body["metadata"]["annotations"] = {DEVICES_ANNOTATION: ",".join(map(str, d.devices))}
+        if any(v.get("persistentVolumeClaim") for v in pod.get("spec", {}).get("volumes") or ()):
+            await self._claims_follow(pod, d.node)
         ok = await self._guard(f"bind {ns}/{name}", self.rest.raw("POST", path("", "v1", "pods", ns, name, "binding"),
                                                                   body), ns)
         metrics.BINDINGS.labels("ok" if ok else "error").inc()
         return ok
+
+    async def _claims_follow(self, pod: Obj, node: str) -> None:
+        """The part of kube-scheduler's volume binding a scheduler must do: a claim of a WaitForFirstConsumer
+        class that is not bound yet is provisioned where its first pod goes, and its provisioner waits for
+        the claim to name that node. Read on demand (few pods mount claims); the pod is bound at once, and
+        its kubelet mounts the volume once it is provisioned. Any failure is logged and binds all the same."""
+        ns = pod["metadata"]["namespace"]
+        for vol in pod.get("spec", {}).get("volumes") or ():
+            name = (vol.get("persistentVolumeClaim") or {}).get("claimName")
+            if not name:
+                continue
+            try:
+                claim = await self.rest.get_or_none(path("", "v1", "persistentvolumeclaims", ns, name))
+                spec = (claim or {}).get("spec") or {}
+                if (claim is None or spec.get("volumeName") or not spec.get("storageClassName")
+                        or SELECTED_NODE in (claim["metadata"].get("annotations") or {})):
+                    continue
+                sc = await self.rest.get_or_none(path("storage.k8s.io", "v1", "storageclasses",
+                                                      name=spec["storageClassName"]))
+                if sc is None or sc.get("volumeBindingMode") != "WaitForFirstConsumer":
+                    continue
+                await self._guard(f"claim {ns}/{name}", self.rest.patch(
+                    path("", "v1", "persistentvolumeclaims", ns, name),
+                    {"metadata": {"annotations": {SELECTED_NODE: node}}}), ns)
+            except Exception as exc:
+                log.warning("claim not followed", pod=f"{ns}/{pod['metadata']['name']}", claim=name,
+                            error=str(exc)[:200])
 
     def _bound_pods(self, snap: Snapshot, job: str) -> list[Obj]:
         return [p for p in snap.pods_of.get(job, {}).values() if p.get("spec", {}).get("nodeName")]

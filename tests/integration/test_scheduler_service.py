@@ -731,3 +731,33 @@ async def test_a_queues_status_is_written_at_most_once_a_second_however_fast_it_
     finally:
         task.cancel()
         await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
+
+
+async def test_a_wait_for_first_consumer_claim_is_told_the_node_its_pod_is_bound_to(
+    ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str, private_node: str
+) -> None:
+    """What kube-scheduler's volume binding does and a scheduler must: the provisioner of a WaitForFirstConsumer
+    class waits for the claim to name the node of its first pod. A claim of an Immediate class is left alone."""
+    core, storage = client.CoreV1Api(compute_api), client.StorageV1Api(compute_api)
+    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
+    classes = {f"first-{compute_ns}": "WaitForFirstConsumer", f"now-{compute_ns}": "Immediate"}
+    for name, mode in classes.items():
+        await storage.create_storage_class({"metadata": {"name": name}, "provisioner": "example.com/none",
+                                            "volumeBindingMode": mode})
+    try:
+        body = pod("trainer", compute_ns)
+        body["spec"]["volumes"] = []
+        for claim, cls in zip(("ckpt", "data"), classes, strict=True):
+            await core.create_namespaced_persistent_volume_claim(compute_ns, {"metadata": {"name": claim}, "spec": {
+                "storageClassName": cls, "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}}}})
+            body["spec"]["volumes"].append({"name": claim, "persistentVolumeClaim": {"claimName": claim}})
+        await core.create_namespaced_pod(compute_ns, body)
+        node = await eventually(lambda: _node_of(core, compute_ns, "trainer"), timeout=30, what="trainer bound")
+        ckpt = await core.read_namespaced_persistent_volume_claim("ckpt", compute_ns)
+        assert ckpt.metadata.annotations["volume.kubernetes.io/selected-node"] == node == private_node
+        data = await core.read_namespaced_persistent_volume_claim("data", compute_ns)
+        assert "volume.kubernetes.io/selected-node" not in (data.metadata.annotations or {})
+    finally:
+        for name in classes:
+            await storage.delete_storage_class(name)
