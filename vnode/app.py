@@ -53,7 +53,7 @@ class Vnode:
         self.caches = Caches(self.b, tenant, compute, tenant_crds, volumes=bool(cfg.storage_class))
         self.recorder = Recorder(tenant, "kube-ferry-vnode", cfg.node)
         self.volumes = (Volumes(self.b, cfg.storage_class, cfg.compute_storage_class or None, tenant, compute,
-                                self.caches) if cfg.storage_class else None)
+                                self.caches, self.recorder) if cfg.storage_class else None)
         self.pods = PodReconciler(self.b, tenant, compute, self.caches, self.recorder, cfg.node_ip, cfg.pod_security,
                                   cfg.token_refresh_at, self.volumes)
         self.binder = Binder(cfg.node, cfg.served_schedulers, tenant, self.caches, self.pods.gangs,

@@ -18,10 +18,11 @@ from typing import Any
 
 import structlog
 
-from ferry.kube.rest import Rest, path, status_of
+from ferry.kube.rest import Rest, message_of, path, status_of
 from ferry.kube.workqueue import WorkQueue
 from vnode import naming
 from vnode.caches import Caches
+from vnode.events import Recorder
 from vnode.translate import Bridge
 
 Obj = dict[str, Any]
@@ -51,8 +52,9 @@ def claims_of(pod: Obj) -> list[str]:
 
 class Volumes:
     def __init__(self, b: Bridge, storage_class: str, compute_storage_class: str | None, tenant: Rest,
-                 compute: Rest, caches: Caches) -> None:
+                 compute: Rest, caches: Caches, recorder: Recorder) -> None:
         self.b = b
+        self.events = recorder
         self.storage_class = storage_class
         self.compute_storage_class = compute_storage_class
         self.tenant = tenant
@@ -92,7 +94,13 @@ class Volumes:
         bound = claim.get("spec", {}).get("volumeName")
         if bound and bound != volume_name(claim):
             return  # bound by hand to another volume: not ours to serve
-        await self._compute_claim(claim)
+        try:
+            await self._compute_claim(claim)
+        except Exception as exc:
+            if status_of(exc) in (403, 422):  # over the namespace's quota, say: the claim stays Pending, told why
+                await self.events.emit(_described(claim), "Warning", "ProvisioningFailed",
+                                       f"the compute cluster refused its claim: {message_of(exc)}")
+            raise  # tried again later (the quota may free up)
         if not bound:
             await self._volume(claim)
 
@@ -171,6 +179,9 @@ class Volumes:
         self.caches.tenant_volumes.remember(made)
         self.provisioned += 1
         log.info("volume provisioned", claim=_key(claim), volume=volume_name(claim))
+        await self.events.emit(_described(claim), "Normal", "ProvisioningSucceeded",
+                               f"volume {volume_name(claim)} stands for claim {cname} in compute namespace "
+                               f"{self.b.namespace}")
 
     async def _release(self, key: str, volume: Obj) -> None:
         """The claim is gone: its compute claim, then the volume (which, while it exists, says to delete it)."""
@@ -192,6 +203,11 @@ class Volumes:
         except Exception as exc:
             if status_of(exc) != 404:
                 raise
+
+
+def _described(claim: Obj) -> Obj:
+    """A cached claim (list items carry no kind) as an Event's involved object."""
+    return {**claim, "apiVersion": "v1", "kind": "PersistentVolumeClaim"}
 
 
 def _key(obj: Obj) -> str:

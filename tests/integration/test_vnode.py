@@ -694,6 +694,11 @@ async def _claim(core: client.CoreV1Api, ns: str, name: str, phase: str) -> Any:
     return claim if claim.status.phase == phase else None
 
 
+async def _claim_events(core: client.CoreV1Api, ns: str, name: str, reason: str) -> list[Any]:
+    events = (await core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}")).items
+    return [e for e in events if e.reason == reason and e.involved_object.kind == "PersistentVolumeClaim"]
+
+
 def _claim_body(name: str, storage_class: str, size: str) -> dict[str, Any]:
     return {"metadata": {"name": name}, "spec": {"storageClassName": storage_class, "accessModes": ["ReadWriteOnce"],
                                                  "resources": {"requests": {"storage": size}}}}
@@ -722,6 +727,9 @@ async def test_a_claim_of_the_vnodes_storage_class_lives_in_the_compute_namespac
     cname = naming.compute_name("tenant-1", tenant_ns, "ckpt")
     cclaim = await ccore.read_namespaced_persistent_volume_claim(cname, "tenant-1")
     assert cclaim.spec.resources.requests["storage"] == "5Gi" and cclaim.spec.access_modes == ["ReadWriteOnce"]
+    said = await eventually(lambda: _claim_events(core, tenant_ns, "ckpt", "ProvisioningSucceeded"),
+                            what="ProvisioningSucceeded on the claim")
+    assert cname in said[0].message
 
     mount = [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "ckpt"}}]
     for run in ("trainer-1", "trainer-2"):  # a job's runs, one after the other: the same data
@@ -747,3 +755,30 @@ async def test_a_claim_of_the_vnodes_storage_class_lives_in_the_compute_namespac
                      timeout=60, what="the compute claim deleted with the tenant claim")
     await eventually(lambda: _gone(lambda: core.read_persistent_volume(bound.spec.volume_name)), timeout=60,
                      what="the volume deleted")
+
+
+async def test_a_claim_over_the_compute_namespaces_quota_stays_pending_and_says_why(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """Bad input where the user looks: the compute namespace's ResourceQuota refuses the compute claim, so the
+    tenant claim stays Pending with a ProvisioningFailed Event giving the compute API's words; once the
+    quota allows it, the claim is provisioned (nothing else was disturbed meanwhile)."""
+    core, ccore = client.CoreV1Api(tenant_api), client.CoreV1Api(compute_api)
+    quota = f"storage-{tenant_ns}"
+    await ccore.create_namespaced_resource_quota("tenant-1", {"metadata": {"name": quota},
+                                                              "spec": {"hard": {"requests.storage": "1Gi"}}})
+    try:
+        async def quota_counted() -> bool:  # the quota controller fills status.hard before it is enforced
+            q = await ccore.read_namespaced_resource_quota(quota, "tenant-1")
+            return bool(q.status and q.status.hard)
+
+        await eventually(quota_counted, what="the quota in force")
+        await core.create_namespaced_persistent_volume_claim(tenant_ns, _claim_body("huge", "kube-ferry", "50Gi"))
+        said = await eventually(lambda: _claim_events(core, tenant_ns, "huge", "ProvisioningFailed"),
+                                what="ProvisioningFailed on the claim")
+        assert "exceeded quota" in said[0].message and "requests.storage" in said[0].message
+        assert (await core.read_namespaced_persistent_volume_claim("huge", tenant_ns)).status.phase == "Pending"
+    finally:
+        await ccore.delete_namespaced_resource_quota(quota, "tenant-1")
+    await eventually(lambda: _claim(core, tenant_ns, "huge", "Bound"), timeout=60,
+                     what="the claim Bound once the quota is gone")
+    await core.delete_namespaced_persistent_volume_claim("huge", tenant_ns)
