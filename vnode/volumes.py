@@ -187,19 +187,21 @@ class Volumes:
         """The claim is gone: its compute claim, then the volume (which, while it exists, says to delete it)."""
         ns, name = key.split("/", 1)
         cname = naming.compute_name(self.b.tenant, ns, name)
-        have = self.caches.compute_claims.store.get(f"{self.b.namespace}/{cname}")
+        url = path("", "v1", "persistentvolumeclaims", self.b.namespace, cname)
+        # read, not cached: a cache a moment behind (a compute apiserver just back) must not leave it orphaned
+        have = await self.compute.get_or_none(url)
         if have is not None and have["metadata"].get("labels", {}).get(naming.UPSTREAM_UID_LABEL) == \
-                volume["spec"]["claimRef"].get("uid"):
-            await self._delete(self.compute, path("", "v1", "persistentvolumeclaims", self.b.namespace, cname))
+                volume["spec"]["claimRef"].get("uid"):  # not a claim made again under the same name
+            await self._delete(self.compute, url, {"preconditions": {"uid": have["metadata"]["uid"]}})
             self.caches.compute_claims.store.pop(f"{self.b.namespace}/{cname}", None)
         await self._delete(self.tenant, path("", "v1", "persistentvolumes", name=volume["metadata"]["name"]))
         self.caches.tenant_volumes.store.pop(volume["metadata"]["name"], None)
         log.info("volume released", claim=key, volume=volume["metadata"]["name"])
 
     @staticmethod
-    async def _delete(rest: Rest, url: str) -> None:
+    async def _delete(rest: Rest, url: str, options: Obj | None = None) -> None:
         try:
-            await rest.delete(url)
+            await rest.delete(url, options)
         except Exception as exc:
             if status_of(exc) != 404:
                 raise
