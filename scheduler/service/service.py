@@ -501,6 +501,7 @@ class SchedulerService:
     async def _bind_job(self, job: str, targets: list[tuple[Obj, Bind]], t0: float) -> None:
         results: list[bool] = [False] * len(targets)
         try:
+            await self._claims_follow(targets)
             results = list(await asyncio.gather(*(self._bind(pod, d) for pod, d in targets)))
         except Exception:  # a connection error: the next cycle decides again
             log.exception("binding failed", job=job)
@@ -533,25 +534,26 @@ class SchedulerService:
                      "target": {"apiVersion": "v1", "kind": "Node", "name": d.node}}
         if d.devices:
             body["metadata"]["annotations"] = {DEVICES_ANNOTATION: ",".join(map(str, d.devices))}
-        if any(v.get("persistentVolumeClaim") for v in pod.get("spec", {}).get("volumes") or ()):
-            await self._claims_follow(pod, d.node)
         ok = await self._guard(f"bind {ns}/{name}", self.rest.raw("POST", path("", "v1", "pods", ns, name, "binding"),
                                                                   body), ns)
         metrics.BINDINGS.labels("ok" if ok else "error").inc()
         return ok
 
-    async def _claims_follow(self, pod: Obj, node: str) -> None:
+    async def _claims_follow(self, targets: list[tuple[Obj, Bind]]) -> None:
         """The part of kube-scheduler's volume binding a scheduler must do: a claim of a WaitForFirstConsumer
         class that is not bound yet is provisioned where its first pod goes, and its provisioner waits for
-        the claim to name that node. Read on demand (few pods mount claims); the pod is bound at once, and
-        its kubelet mounts the volume once it is provisioned. Any failure is logged and binds all the same."""
-        ns = pod["metadata"]["namespace"]
-        for vol in pod.get("spec", {}).get("volumes") or ():
-            name = (vol.get("persistentVolumeClaim") or {}).get("claimName")
-            if not name:
-                continue
+        the claim to name that node. Once per claim a job mounts (its pods may share one), read on demand
+        (few pods mount claims), before its pods are bound; their kubelets mount the volume once it is
+        provisioned. Any failure is logged, and the pods are bound all the same."""
+        first: dict[tuple[str, str], str] = {}  # (namespace, claim) -> the node of the first pod mounting it
+        for pod, d in targets:
+            for vol in pod.get("spec", {}).get("volumes") or ():
+                if name := (vol.get("persistentVolumeClaim") or {}).get("claimName"):
+                    first.setdefault((pod["metadata"]["namespace"], name), d.node)
+        for (ns, name), node in first.items():
+            url = path("", "v1", "persistentvolumeclaims", ns, name)
             try:
-                claim = await self.rest.get_or_none(path("", "v1", "persistentvolumeclaims", ns, name))
+                claim = await self.rest.get_or_none(url)
                 spec = (claim or {}).get("spec") or {}
                 if (claim is None or spec.get("volumeName") or not spec.get("storageClassName")
                         or SELECTED_NODE in (claim["metadata"].get("annotations") or {})):
@@ -561,11 +563,9 @@ class SchedulerService:
                 if sc is None or sc.get("volumeBindingMode") != "WaitForFirstConsumer":
                     continue
                 await self._guard(f"claim {ns}/{name}", self.rest.patch(
-                    path("", "v1", "persistentvolumeclaims", ns, name),
-                    {"metadata": {"annotations": {SELECTED_NODE: node}}}), ns)
+                    url, {"metadata": {"annotations": {SELECTED_NODE: node}}}), ns)
             except Exception as exc:
-                log.warning("claim not followed", pod=f"{ns}/{pod['metadata']['name']}", claim=name,
-                            error=str(exc)[:200])
+                log.warning("claim not followed", claim=f"{ns}/{name}", error=str(exc)[:200])
 
     def _bound_pods(self, snap: Snapshot, job: str) -> list[Obj]:
         return [p for p in snap.pods_of.get(job, {}).values() if p.get("spec", {}).get("nodeName")]
