@@ -2,8 +2,9 @@
 
 Many single-GPU jobs that run for hours and are movable (checkpointable), and 8-GPU gangs that need a
 whole node: as the small jobs end at random, free GPUs are scattered over partly used nodes, and a gang
-waits although the cluster has room in total. The same jobs (seeded) run through the ferry preset and
-through the ferry preset with the ``consolidate`` action; printed per cluster size: the share of 8-GPU
+waits although the cluster has room in total. The same jobs (seeded) run through the ferry preset, through
+the ferry preset with the ``consolidate`` action and with ``drain-holds`` (moves only for a gang that
+holds nodes, off those nodes); printed per cluster size: the share of 8-GPU
 gangs that waited more than an hour, their mean wait, how many jobs were moved and the GPU-seconds the
 moves lost (work since the notice, redone after the move)."""
 
@@ -40,8 +41,9 @@ def run(nodes: int, days: float, seed: int) -> dict[str, dict[str, float]]:
     jobs = workload(nodes, days, seed)
     out = {}
     base = SchedulerConfig.preset("ferry")
-    for label, config in (("ferry", base), ("ferry + consolidate",
-                                             dataclasses.replace(base, actions=(*base.actions, "consolidate")))):
+    for label, config in (("ferry", base),
+                          *((f"ferry + {a}", dataclasses.replace(base, actions=(*base.actions, a)))
+                            for a in ("consolidate", "drain-holds"))):
         res = philly.simulate(jobs, {"t": nodes}, "ferry", nodes=nodes, config=config,
                               movable=lambda j: j.gpus < 8)
         big = [w for w, j in zip(res.job_waits, jobs, strict=True) if j.gpus == 8]

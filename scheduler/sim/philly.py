@@ -171,10 +171,13 @@ def build_cluster(nodes: int, gpus_per_node: int, vc_nodes: dict[str, int], tena
 
 
 def with_las(config: SchedulerConfig) -> SchedulerConfig:
-    """``config`` with the ``las`` plugin (after the job-order plugins it refines: priority first)."""
-    if "las" in config.plugins:
-        return config
-    return dataclasses.replace(config, plugins=(*config.plugins, "las"))
+    """``config`` with the ``las`` plugin (after the job-order plugins it refines: priority first) and, where
+    it holds nodes for passed-over gangs, the ``drain-holds`` action: every job is movable here, so a hold
+    need not wait for its occupants to end."""
+    plugins = config.plugins if "las" in config.plugins else (*config.plugins, "las")
+    moves = "reserve" in config.actions and not {"consolidate", "drain-holds"} & set(config.actions)
+    return dataclasses.replace(config, plugins=plugins,
+                               actions=(*config.actions, "drain-holds") if moves else config.actions)
 
 
 def make_scheduler(policy: str, cluster: Cluster, config: SchedulerConfig | None = None) -> Scheduler:

@@ -356,3 +356,68 @@ async def test_a_restarted_scheduler_still_orders_an_evicted_long_runner_behind_
             assert not (await core.read_namespaced_pod("long-0", compute_ns)).spec.node_name
     finally:
         await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
+
+
+async def test_drain_holds_moves_a_movable_job_off_the_node_held_for_a_passed_over_gang(
+        planes: ControlPlanes, ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str,
+        private_node: str, tmp_path: Path) -> None:
+    """drain-holds on the real control plane. Two private nodes: one (S) runs a job that stays, the other
+    (M) a younger movable job. An 8-GPU gang fits in their free GPUs in total, on neither; a 1-GPU job passes
+    it, so it holds the node that should drain first, M. The movable job is told why, leaves after its
+    grace, and the gang runs on M; made again by its operator, the moved job runs on S. Without the action
+    the gang would wait for the movable job to end (here: never)."""
+    core, custom = client.CoreV1Api(compute_api), client.CustomObjectsApi(compute_api)
+    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
+    spare = sorted(n.metadata.name for n in (await core.list_node(label_selector="type=kwok,!ferry-test")).items)[-1]
+    await core.patch_node(spare, {"metadata": {"labels": {"ferry-test": compute_ns}}})
+    await core.patch_node(private_node, {"metadata": {"labels": {"ferry-stay": compute_ns}}})
+    conf = tmp_path / "config.yaml"
+    conf.write_text("actions: [allocate, reserve, preempt, drain-holds]\nreservationAfterSeconds: 2\n"
+                    "maxHoldDoublings: 0\nminRuntimeSeconds: 0\n")
+    queue = f"d-{compute_ns}"
+    await _make_queue(custom, queue, compute_ns, victimGraceSeconds=3)
+
+    async def job(name: str, gpus: int, *, on_s: bool = False, movable: bool = False, group: bool = True) -> None:
+        if group:
+            await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
+                "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": name},
+                "spec": {"minMember": 1, "queue": queue}})
+        p = pod(f"{name}-0", compute_ns, gpus=gpus, group=name)
+        if on_s:
+            p["spec"]["nodeSelector"]["ferry-stay"] = compute_ns
+        if movable:
+            p["metadata"]["annotations"]["kubeferry.io/movable"] = "true"
+        await core.create_namespaced_pod(compute_ns, p)
+
+    async def node_of(name: str) -> str | None:
+        got = await core.read_namespaced_pod(name, compute_ns)
+        return got.spec.node_name if got.spec.node_name and not got.metadata.deletion_timestamp else None
+
+    try:
+        with configured_scheduler(planes, ferry_scheduler, conf, f"{compute_ns}/scheduler-config"):
+            await job("stay", 4, on_s=True)
+            await job("temp", 2, on_s=True)
+            await eventually(lambda: _running(core, compute_ns, "temp", 1), timeout=30, what="S filled to 6 GPUs")
+            await job("mover", 3, movable=True)  # 2 GPUs free on S: it lands on M
+            assert await eventually(lambda: node_of("mover-0"), timeout=30, what="mover running") == spare
+            await core.delete_namespaced_pod("temp-0", compute_ns, grace_period_seconds=0)  # S: 4 free, M: 5
+            await job("big", 8)
+            await job("small", 1, on_s=True)  # passes big
+            await eventually(lambda: _running(core, compute_ns, "small", 1), timeout=30, what="small running")
+            await eventually(lambda: _notice(core, compute_ns, "mover-0"), timeout=30, what="the mover's notice")
+            events = (await core.list_namespaced_event(compute_ns, field_selector="involvedObject.name=mover-0")).items
+            assert any("draining the nodes held for" in (e.message or "") for e in events), \
+                [(e.reason, e.message) for e in events]
+            for staying in ("stay-0", "small-0"):
+                assert not await _notice(core, compute_ns, staying)
+            assert await eventually(lambda: node_of("big-0"), timeout=40, what="big running") == spare
+            await eventually(lambda: gone(core, compute_ns, "mover-0"), timeout=30, what="the mover's pod gone")
+            await job("mover", 3, movable=True, group=False)  # its operator makes it again
+            moved = await eventually(lambda: node_of("mover-0"), timeout=30, what="the moved job running")
+            assert moved == private_node
+    finally:
+        await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
+
+
+async def gone(core: client.CoreV1Api, ns: str, name: str) -> bool:
+    return not [p for p in (await core.list_namespaced_pod(ns)).items if p.metadata.name == name]

@@ -12,10 +12,11 @@ def phase(c: Cluster, name: str) -> JobPhase:
     return c.jobs[name].phase
 
 
-def fragmented(movable: bool = True, nodes: int = 2, **cfg: object) -> tuple[Cluster, Scheduler]:
+def fragmented(movable: bool = True, nodes: int = 2, action: str = "consolidate",
+               **cfg: object) -> tuple[Cluster, Scheduler]:
     """Nodes of 8 GPUs, each holding 4 one-GPU jobs (the others ended): 4 free on every node, none whole."""
     c = cluster([node(f"n{i}", 8) for i in range(1, nodes + 1)])
-    s = scheduler(c, actions=("allocate", "reserve", "preempt", "consolidate"), **cfg)
+    s = scheduler(c, actions=("allocate", "reserve", "preempt", action), **cfg)
     for i in range(8 * nodes):
         job = gang(f"s{i}", "default", 1, 1, submit=0)
         job.movable = movable
@@ -120,3 +121,22 @@ def test_a_moved_jobs_cooldown_outlives_its_run_when_its_operator_makes_it_again
     s.cycle(50)
     assert phase(c, forgotten) is JobPhase.RUNNING
     assert not action._movable(c.jobs[forgotten], 1009) and action._movable(c.jobs[forgotten], 1010)  # type: ignore[attr-defined]
+
+
+def test_drain_holds_moves_only_the_movable_jobs_on_a_passed_over_gangs_held_node() -> None:
+    """drain-holds waits as long as a hold takes, then empties the held node, not the emptiest ones."""
+    c, s = fragmented(nodes=3, action="drain-holds", reservation_after_s=100.0)
+    s.submit(gang("big", "default", 1, 8, submit=10))
+    assert not notices(s.cycle(10))  # fragmented, but it has not waited: nothing moves (consolidate would)
+    s.submit(gang("passer", "default", 1, 1, submit=20))
+    s.cycle(20)
+    assert phase(c, "passer") is JobPhase.RUNNING and c.jobs["big"].bypassed
+    moved = notices(s.cycle(110))
+    held = c.jobs["big"].reserved_nodes
+    assert len(held) == 1 and len(moved) == 4
+    assert {c.jobs[n.job].replicas[0].node for n in moved} == set(held)
+    assert all("draining the nodes held for big" in n.reason for n in moved)
+    assert phase(c, "big") is JobPhase.PRIVILEGED and c.jobs["big"].reason.startswith("draining its held nodes")
+    res = s.cycle(110 + 31)  # the movers' grace is over: big starts on the node it held
+    assert {d.job for d in res.of(Evict) if isinstance(d, Evict)} == {n.job for n in moved}  # type: ignore[attr-defined]
+    assert phase(c, "big") is JobPhase.RUNNING and c.jobs["big"].replicas[0].node == held[0]
