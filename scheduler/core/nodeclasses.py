@@ -110,6 +110,14 @@ class Members:
 
     def discard(self, name: str) -> None:
         self.since.pop(name, None)
+        self._tidy()
+
+    def resettle(self, name: str, seq: int) -> None:
+        """A member's entry moved back to ``seq`` (an undone trial)."""
+        self.add(name, seq)
+        self._tidy()
+
+    def _tidy(self) -> None:
         if len(self._heap) > 2 * len(self.since) + 16:  # mostly stale entries: rebuild
             self._heap = sorted((seq, n) for n, seq in self.since.items())
 
@@ -138,6 +146,17 @@ class Members:
                     heapq.heappush(frontier, (heap[child], child))
             if since.get(entry[1]) == entry[0]:
                 yield entry[1]
+
+
+@dataclass(frozen=True, slots=True)
+class Filing:
+    """Where a node is filed and since when: what undoing a trial puts back, so a trial that is discarded
+    leaves no trace in later tie-breaks (a node it touched does not become the node settled last)."""
+
+    state: NodeState
+    domain: str
+    since: int  # when the node entered its state
+    domain_since: int  # when its domain began to hold nodes in that state
 
 
 @dataclass(slots=True)
@@ -213,6 +232,28 @@ class ClassIndex:
         if len(self.classes) > 16 + 2 * self._live:  # walks skip empty classes: keep them few
             self._compact()
         return cls
+
+    def filing(self, name: str) -> Filing | None:
+        """Where ``name`` is filed now (None: not schedulable)."""
+        found = self._of.get(name)
+        if found is None:
+            return None
+        cls, domain = found
+        members = cls.by_domain[domain]
+        return Filing(cls.state, domain, members.since[name], members.created)
+
+    def restore(self, name: str, filing: Filing | None) -> None:
+        """Give ``name`` back the place ``filing`` recorded, if it is in that state again (a trial undone)."""
+        found = self._of.get(name)
+        if found is None or filing is None or found[1] != filing.domain or found[0].state != filing.state:
+            return
+        cls = found[0]
+        members = cls.by_domain[filing.domain]
+        if members.since[name] != filing.since:
+            members.resettle(name, filing.since)
+        if filing.domain_since < members.created:  # the trial emptied the domain's members, then refilled them
+            members.created = filing.domain_since
+            cls.by_domain = dict(sorted(cls.by_domain.items(), key=lambda item: item[1].created))
 
     def remove(self, name: str) -> None:
         found = self._of.pop(name, None)

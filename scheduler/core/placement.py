@@ -18,7 +18,7 @@ from typing import Protocol
 
 from scheduler.core.hierarchy import lineage
 from scheduler.core.model import GPU_MILLI, Cluster, Job, Node, Replica, ReplicaPhase, Request
-from scheduler.core.nodeclasses import ClassIndex, Members, NodeState
+from scheduler.core.nodeclasses import ClassIndex, Filing, Members, NodeState
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +26,7 @@ class Placement:
     replica: Replica
     node: str
     devices: tuple[int, ...]
+    before: Filing | None = field(default=None, compare=False)  # the node's filing before this bind: its undo
 
 
 MAX_RANKINGS = 4096  # request shapes whose rankings are kept; past that they are ranked anew when asked
@@ -189,6 +190,21 @@ class Placer:
         self._charge(job.queue, req.gpu_total)
         job.allocated += req.gpu_total
         self._index(node)
+
+    def filing(self, name: str) -> Filing | None:
+        """Where the node is filed in the state index now: what :meth:`refile` puts back."""
+        return self.classes.filing(name)
+
+    def refile(self, name: str, filing: Filing | None) -> None:
+        """Undo a bind or release of a trial to the end: the node, in its earlier state again, also gets
+        back its place among equal nodes (a discarded trial must not change later tie-breaks)."""
+        self.classes.restore(name, filing)
+
+    def unwind(self, job: Job, placed: list[Placement]) -> None:
+        """Release ``placed`` (binds of :meth:`place_gang`), newest first, leaving no trace."""
+        for p in reversed(placed):
+            self.release(job, p.replica, ReplicaPhase.PENDING)
+            self.refile(p.node, p.before)
 
     def _charge(self, queue: str, milli: int) -> None:
         """A queue's jobs hold ``milli`` more: it and its ancestors count them."""
@@ -359,9 +375,10 @@ class Placer:
             return min(fits)[1]
         return max(((free, dom) for dom, free in self.domain_free.items()), default=(0, None))[1]
 
-    def place_gang(self, job: Job, replicas: list[Replica],
-                   excluded: frozenset[str] = frozenset()) -> list[Placement] | None:
-        """Bind all of ``replicas`` or none of them."""
+    def place_gang(self, job: Job, replicas: list[Replica], excluded: frozenset[str] = frozenset(),
+                   probe: bool = False) -> list[Placement] | None:
+        """Bind all of ``replicas`` or none of them; with ``probe``, only say where they would go (nothing
+        stays bound). A gang that does not fit, or a probe, leaves the index as it found it."""
         tasks = job.task_by_name
         order = sorted(replicas, key=lambda r: -tasks[r.task].request.gpu_total)
         whole = sum(tasks[r.task].request.gpus for r in replicas if not tasks[r.task].request.is_share)
@@ -370,12 +387,14 @@ class Placer:
         for replica in order:
             found = self.find(tasks[replica.task].request, excluded, domain)
             if found is None:
-                for p in done:
-                    self.release(job, p.replica, ReplicaPhase.PENDING)
+                self.unwind(job, done)
                 return None
             node, devices = found
+            before = self.classes.filing(node)
             self.bind(job, replica, node, devices)
             if domain is None and len(replicas) > 1:
                 domain = self.cluster.nodes[node].domain
-            done.append(Placement(replica, node, devices))
+            done.append(Placement(replica, node, devices, before))
+        if probe:
+            self.unwind(job, done)
         return done

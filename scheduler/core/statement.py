@@ -3,6 +3,8 @@
 Every all-or-nothing trial of a cycle goes through one — does the preemptor fit if these victims left?
 would shrinking these replicas be enough? — so no trial can leave the model half changed: leaving the
 ``with`` block without :meth:`commit` (a failed trial, an exception) undoes everything in reverse order.
+Undone means untraceable: each node a discarded trial touched also gets back its place among equal nodes
+(:meth:`Placer.refile`), so trying and keeping nothing changes no later decision.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from scheduler.core.model import Job, Replica, ReplicaPhase
+from scheduler.core.nodeclasses import Filing
 from scheduler.core.placement import Placement, Placer
 
 
@@ -22,6 +25,7 @@ class _Op:
     node: str
     devices: tuple[int, ...]
     phase: ReplicaPhase  # the replica's phase before the operation
+    filing: Filing | None  # the node's place in the state index before the operation
 
 
 class Statement:
@@ -38,15 +42,15 @@ class Statement:
 
     # ------------------------------------------------------------ operations
     def bind(self, job: Job, replica: Replica, node: str, devices: tuple[int, ...]) -> None:
-        phase = replica.phase
+        op = _Op(True, job, replica, node, devices, replica.phase, self.placer.filing(node))
         self.placer.bind(job, replica, node, devices)
-        self._log.append(_Op(True, job, replica, node, devices, phase))
+        self._log.append(op)
 
     def release(self, job: Job, replica: Replica) -> None:
         """Take a bound replica off its node (it is pending while the statement lasts)."""
         if replica.phase is not ReplicaPhase.BOUND or replica.node is None:
             return
-        op = _Op(False, job, replica, replica.node, replica.devices, replica.phase)
+        op = _Op(False, job, replica, replica.node, replica.devices, replica.phase, self.placer.filing(replica.node))
         self.placer.release(job, replica, ReplicaPhase.PENDING)
         self._log.append(op)
 
@@ -57,13 +61,11 @@ class Statement:
 
     def restore(self, job: Job) -> None:
         """Put back the replicas of ``job`` this statement released, wherever they are in the log."""
-        keep: list[_Op] = []
-        for op in self._log:
-            if not op.bound and op.job is job:
-                self.placer.bind(op.job, op.replica, op.node, op.devices)
-            else:
-                keep.append(op)
-        self._log = keep
+        mine = [op for op in self._log if not op.bound and op.job is job]
+        for op in reversed(mine):  # newest first, as a rollback would: each node ends in its first filing
+            self.placer.bind(op.job, op.replica, op.node, op.devices)
+            self.placer.refile(op.node, op.filing)
+        self._log = [op for op in self._log if op.bound or op.job is not job]
 
     def place_gang(self, job: Job, replicas: list[Replica], excluded: frozenset[str]) -> list[Placement] | None:
         """All of ``replicas`` bound (and recorded), or none."""
@@ -71,15 +73,12 @@ class Statement:
         placed = self.placer.place_gang(job, replicas, excluded)
         if placed is not None:
             before = dict(zip((id(r) for r in replicas), phases, strict=True))
-            self._log += [_Op(True, job, p.replica, p.node, p.devices, before[id(p.replica)]) for p in placed]
+            self._log += [_Op(True, job, p.replica, p.node, p.devices, before[id(p.replica)], p.before) for p in placed]
         return placed
 
     def fits(self, job: Job, replicas: list[Replica], excluded: frozenset[str]) -> list[Placement] | None:
         """Where ``replicas`` would go now, all or none; a probe: nothing stays bound."""
-        placed = self.placer.place_gang(job, replicas, excluded)
-        for p in placed or ():
-            self.placer.release(job, p.replica, ReplicaPhase.PENDING)
-        return placed
+        return self.placer.place_gang(job, replicas, excluded, probe=True)
 
     # ------------------------------------------------------------- outcomes
     def mark(self) -> int:
@@ -93,6 +92,7 @@ class Statement:
                 self.placer.release(op.job, op.replica, op.phase)
             else:
                 self.placer.bind(op.job, op.replica, op.node, op.devices)
+            self.placer.refile(op.node, op.filing)
 
     def discard(self) -> None:
         self.rollback(0)

@@ -16,6 +16,7 @@ from scheduler.core.model import GPU_MILLI, Cluster, Device, Job, Node, Queue, R
 from scheduler.core.nodeclasses import NodeState
 from scheduler.core.placement import Option, Placer
 from scheduler.core.scheduler import Scheduler, SchedulerConfig
+from scheduler.core.statement import Statement
 
 REQUESTS = [
     Request(cpu_milli=1000, gpus=1),
@@ -134,3 +135,48 @@ def test_ties_go_by_packing_order_or_by_name_as_the_node_order_asks(plugins: tup
     sched.placer.release(job, job.replicas[0], ReplicaPhase.PENDING)
     found = sched.placer.find(Request(gpus=8))
     assert found is not None and found[0] == chosen
+
+
+def _index_picture(placer: Placer) -> dict[NodeState, list[tuple[str, int, list[tuple[str, int]]]]]:
+    """Every filed node's state, domain and place in its state's order: what later tie-breaks read."""
+    live = [c for c in placer.classes.classes if c.count]
+    if placer.classes.settled:  # domains are walked in the order they began to hold nodes of a state
+        assert all([m.created for m in c.by_domain.values()] == sorted(m.created for m in c.by_domain.values())
+                   for c in live)
+    return {c.state: sorted((d, m.created, sorted(m.since.items())) for d, m in c.by_domain.items()) for c in live}
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_discarded_trial_leaves_no_trace_in_later_choices(seed: int) -> None:
+    """Binds, evictions, gangs that do not fit and probes, all inside a statement that is discarded: the
+    nodes they touched keep their places among equal nodes, so every later choice is the one before the
+    trial. (A real bind and release does move a node back: see the test above.)"""
+    rng = random.Random(seed)
+    sched = Scheduler(_cluster(rng, 24), SchedulerConfig(plugins=rng.choice([("binpack",), ("fragmentation",), ()])))
+    sched.expect(Counter(REQUESTS))
+    _fill(sched, rng, rng.randrange(20, 60))
+    placer = sched.placer
+    before = _index_picture(placer)
+    choices = [placer.find(req) for req in REQUESTS]
+    running = [j for j in sched.cluster.jobs.values() if j.bound()]
+    with Statement(placer) as st:
+        for i in range(12):
+            kind = rng.randrange(4)
+            if kind == 0 and running:  # a victim leaves (and, sometimes, is put back)
+                victim = rng.choice(running)
+                st.lift(victim)
+                if rng.random() < 0.5:
+                    st.restore(victim)
+            else:
+                job = Job(f"trial{i}", "q", [Task("t", rng.randrange(1, 4), rng.choice(REQUESTS))])
+                sched.submit(job)
+                if kind == 1:
+                    st.place_gang(job, job.pending(), frozenset())
+                elif kind == 2:
+                    st.fits(job, job.pending(), frozenset())
+                else:  # a gang bigger than the room left: bound in part by the placer, then unwound
+                    big = Job(f"big{i}", "q", [Task("t", 40, Request(cpu_milli=1000, gpus=4))])
+                    sched.submit(big)
+                    assert placer.place_gang(big, big.pending()) is None
+    assert _index_picture(placer) == before
+    assert [placer.find(req) for req in REQUESTS] == choices
