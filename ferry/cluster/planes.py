@@ -249,6 +249,10 @@ class ControlPlanes:
                 f"--cert-dir={self.dir / info.name / 'certs'}",
                 "--kube-api-qps=200", "--kube-api-burst=400",
                 "--concurrent-job-syncs=20",
+                # kwok's node watch backs off for up to a minute after an apiserver restart, and only
+                # a watch event lets it answer a NotReady mark: a grace over the longest outage kept
+                # here (60 s) keeps simulated nodes from dropping the tenants' capacity for as long.
+                *(["--node-monitor-grace-period=2m"] if info.name == COMPUTE else []),
             ],
             log=self._log(f"{info.name}-controller-manager"),
             probe=insecure_https_probe("127.0.0.1", port, "/healthz"),

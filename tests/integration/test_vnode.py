@@ -58,7 +58,7 @@ async def _whereabouts(core: client.CoreV1Api, compute: client.ApiClient, ns: st
         await client.CoreV1Api(compute).list_namespaced_event(
             "tenant-1", field_selector=f"involvedObject.name={cpod.metadata.name}")).items]
     return (f"tenant pod on {pod.spec.node_name!r}, {pod.status.phase}, conditions "
-            f"{[(c.type, c.status, c.reason) for c in pod.status.conditions or []]}; compute copy "
+            f"{[(c.type, c.status, c.reason, c.message) for c in pod.status.conditions or []]}; compute copy "
             + ("none" if cpod is None else f"on {cpod.spec.node_name!r}, {cpod.status.phase}, events {said}"))
 
 

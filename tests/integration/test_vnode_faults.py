@@ -146,6 +146,7 @@ async def test_compute_outage_of_60_s_evicts_nothing_and_converges_on_return(
         return s["running"] == s["tenant"] and s["orphans"] == 0 and s["missing"] == 0
 
     await eventually(all_running, timeout=60, what="20 pods Running")
+    offered = (await core.read_node("ferry-tenant-1")).status.allocatable
     apiserver = planes.components["compute-apiserver"]
     apiserver.stop()
     try:
@@ -189,6 +190,13 @@ async def test_compute_outage_of_60_s_evicts_nothing_and_converges_on_return(
 
     await eventually(runs, timeout=120, interval=0.5, what="a pod created after the outage Running")
     print(f"compute outage of 60 s: a new pod Running {time.monotonic() - t0:.1f} s after the apiserver was ready")
+
+    async def full_capacity() -> dict[str, str] | None:  # no compute node went NotReady over the outage
+        now_offered = (await core.read_node("ferry-tenant-1")).status.allocatable
+        return None if now_offered != offered else now_offered
+
+    await eventually(full_capacity, timeout=30, interval=0.5,
+                     what=f"the virtual node offering its capacity from before the outage ({offered})")
 
 
 async def _reachable(core: client.CoreV1Api, want: str) -> bool:
