@@ -191,7 +191,7 @@ async def test_compute_outage_of_60_s_evicts_nothing_and_converges_on_return(
     await eventually(runs, timeout=120, interval=0.5, what="a pod created after the outage Running")
     print(f"compute outage of 60 s: a new pod Running {time.monotonic() - t0:.1f} s after the apiserver was ready")
 
-    async def full_capacity() -> dict[str, str] | None:  # no compute node went NotReady over the outage
+    async def full_capacity() -> dict[str, str] | None:  # compute nodes Ready again, none left NotReady
         now_offered = (await core.read_node("ferry-tenant-1")).status.allocatable
         return None if now_offered != offered else now_offered
 
