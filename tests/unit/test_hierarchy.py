@@ -55,6 +55,25 @@ def test_a_department_takes_back_what_it_lent_before_its_teams_compete() -> None
     assert phase(c, "a1-big") is JobPhase.PRIVILEGED
 
 
+def test_a_team_within_its_own_guarantee_reclaims_while_a_sibling_overfills_their_department() -> None:
+    # a2's one 16-GPU gang puts department A over its guarantee, yet taking it back would break a2's own;
+    # a1 holds nothing of its 8 guaranteed GPUs, so it takes back what department B borrows
+    qs = tree(("A", 14, None, 1.0), ("a1", 8, "A", 1.0), ("a2", 6, "A", 1.0),
+              ("B", 8, None, 1.0), ("b1", 8, "B", 1.0))
+    c = cluster([node(f"n{i}", 8) for i in range(4)], qs)
+    s = scheduler(c)
+    s.submit(gang("a2-wide", "a2", 2, 8, submit=0))
+    s.submit(gang("b1-own", "b1", 1, 8, submit=0))
+    s.submit(gang("b1-borrowed", "b1", 1, 8, submit=0))
+    s.cycle(0)
+    s.submit(gang("a1-job", "a1", 1, 8, submit=1))
+    notices = [n for n in s.cycle(1).of(NotifyWillEvict) if isinstance(n, NotifyWillEvict)]
+    assert [n.job for n in notices] in (["b1-own"], ["b1-borrowed"]) and "reclaim" in notices[0].reason
+    assert phase(c, "a2-wide") is JobPhase.RUNNING
+    s.submit(gang("a1-more", "a1", 1, 8, submit=2))
+    assert not s.cycle(2).of(NotifyWillEvict)  # beyond a1's own guarantee, and A is over its own
+
+
 def test_teams_of_one_department_reclaim_only_up_to_their_own_guarantee() -> None:
     qs = tree(("A", 16, None, 1.0), ("a1", 8, "A", 1.0), ("a2", 8, "A", 1.0))
     c = cluster([node("n1", 8), node("n2", 8)], qs)

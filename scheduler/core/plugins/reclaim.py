@@ -6,7 +6,10 @@ smaller job of its tier. Only for queues with the reclaim right.
 A job that could take capacity back from a waiting job's queue under ``reclaim`` is not kept off the
 nodes held for that job (``reserve``) either, once it has waited its queue's reclaim delay.
 In a queue tree both rules compare the queues where their lineages part (two departments, or two teams of
-one department), and a victim must run on borrowed capacity at every level from there down to its queue."""
+one department), and a victim must run on borrowed capacity at every level from there down to its queue.
+A team within its own guarantee may take back what another department borrows even while its own department
+holds more than its guarantee: a child's guarantee is carved from its parent's, so a sibling's borrowing
+(say, one gang too big to take back without breaking that sibling's own guarantee) does not cancel it."""
 
 from __future__ import annotations
 
@@ -47,6 +50,12 @@ def competing(preemptor: str, victim: str, ssn: Session) -> tuple[list[Queue], l
     return split(queues, preemptor, victim)
 
 
+def within_own_guarantee(preemptor: Job, ssn: Session) -> bool:
+    """The preemptor's own queue stays within its guarantee once the jobs it is claiming for start."""
+    own = ssn.sched.cluster.queues[preemptor.queue]
+    return own.allocated_gpu + claim(preemptor, ssn) <= own.guaranteed_gpu
+
+
 def lends(preemptor: Job, victim: Job, ssn: Session) -> bool:
     """``victim`` runs on capacity its queue borrowed — at every level from where the two queues compete
     down to its own — and the preemptor's queue may take such capacity."""
@@ -82,7 +91,8 @@ class Reclaim(Plugin):
         if not lends(preemptor, victim, ssn):
             return False
         mine = competing(preemptor.queue, victim.queue, ssn)[0][0]
-        return mine.allocated_gpu + claim(preemptor, ssn, mine) <= mine.guaranteed_gpu
+        return (mine.allocated_gpu + claim(preemptor, ssn, mine) <= mine.guaranteed_gpu
+                or (mine.name != preemptor.queue and within_own_guarantee(preemptor, ssn)))
 
     def could_reclaim(self, job: Job, holder: Job, ssn: Session) -> bool:
         """A hold keeps no capacity from a job that could take it back once the holder ran: the job has
@@ -110,6 +120,7 @@ class Reclaim(Plugin):
         pq = self.sched.cluster.queues[preemptor.queue]
         if not pq.rights.reclaim:
             return
+        own = within_own_guarantee(preemptor, ssn)
         for q, kept in over_guarantee(preemptor, ssn):
             mine, theirs = competing(pq.name, q.name, ssn)
             if not mine or not theirs:
@@ -117,5 +128,5 @@ class Reclaim(Plugin):
             top, other = mine[0], theirs[0]
             wants = claim(preemptor, ssn, top)
             held = kept if other is q else -subtree_total(self.sched.cluster.queues, ssn.doomed, other.name)
-            if top.allocated_gpu + wants <= top.guaranteed_gpu or borrowed(top, wants) < borrowed(other, held):
+            if own or top.allocated_gpu + wants <= top.guaranteed_gpu or borrowed(top, wants) < borrowed(other, held):
                 yield q.name, max(Tier)
