@@ -50,10 +50,9 @@ def competing(preemptor: str, victim: str, ssn: Session) -> tuple[list[Queue], l
     return split(queues, preemptor, victim)
 
 
-def within_own_guarantee(preemptor: Job, ssn: Session) -> bool:
-    """The preemptor's own queue stays within its guarantee once the jobs it is claiming for start."""
-    own = ssn.sched.cluster.queues[preemptor.queue]
-    return own.allocated_gpu + claim(preemptor, ssn) <= own.guaranteed_gpu
+def within(q: Queue, preemptor: Job, ssn: Session) -> bool:
+    """``q`` (the preemptor's queue or an ancestor) stays within its guarantee once what it claims starts."""
+    return q.allocated_gpu + claim(preemptor, ssn, q) <= q.guaranteed_gpu
 
 
 def lends(preemptor: Job, victim: Job, ssn: Session) -> bool:
@@ -91,8 +90,7 @@ class Reclaim(Plugin):
         if not lends(preemptor, victim, ssn):
             return False
         mine = competing(preemptor.queue, victim.queue, ssn)[0][0]
-        return (mine.allocated_gpu + claim(preemptor, ssn, mine) <= mine.guaranteed_gpu
-                or (mine.name != preemptor.queue and within_own_guarantee(preemptor, ssn)))
+        return within(mine, preemptor, ssn) or within(self.sched.cluster.queues[preemptor.queue], preemptor, ssn)
 
     def could_reclaim(self, job: Job, holder: Job, ssn: Session) -> bool:
         """A hold keeps no capacity from a job that could take it back once the holder ran: the job has
@@ -120,7 +118,7 @@ class Reclaim(Plugin):
         pq = self.sched.cluster.queues[preemptor.queue]
         if not pq.rights.reclaim:
             return
-        own = within_own_guarantee(preemptor, ssn)
+        own = within(pq, preemptor, ssn)
         for q, kept in over_guarantee(preemptor, ssn):
             mine, theirs = competing(pq.name, q.name, ssn)
             if not mine or not theirs:
