@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 from scheduler.sim import philly
@@ -19,10 +18,6 @@ KEYS = ("avg_wait_s", "avg_first_wait_s", "p50_wait_s", "p99_wait_s", "max_wait_
 
 
 MATRIX_NODES = (88, 96, 112)
-
-
-def _month(jobs: list[philly.TraceJob], month: int) -> list[philly.TraceJob]:
-    return [j for j in jobs if datetime.fromtimestamp(j.submit, UTC).month == month]
 
 
 def _f(value: object) -> str:
@@ -54,7 +49,7 @@ def matrix(jobs: list[philly.TraceJob], vc: dict[str, int], policies: list[str],
     checks the policy must pass on every cell against the volcano preset (issue 11: robust, not tuned);
     with ``las`` also ferry with least attained service (every job movable) and its own checks;
     ``cycle_when_due`` as in :func:`philly.simulate`."""
-    slices = {"Sep": _month(jobs, 9), "Oct": _month(jobs, 10), "Sep-Oct": jobs}
+    slices = {"Sep": philly.in_month(jobs, 9), "Oct": philly.in_month(jobs, 10), "Sep-Oct": jobs}
     lines = ["", "matrix: " + " | ".join(f"{p}: avg/p99 wait s, util %, Jain" for p in policies)]
     failures = las_failures = 0
     for label, part in slices.items():

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
+import functools
 import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
+from scheduler.core.decisions import Decision
 from scheduler.core.scheduler import SchedulerConfig
 from scheduler.sim.traces import Problems, TraceError
 
@@ -31,6 +35,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     h.add_argument("--vc-nodes", type=Path, required=True)
     h.add_argument("--nodes", type=int, default=96)
     h.add_argument("--gpus-per-node", type=int, default=8)
+    h.add_argument("--month", type=int, metavar="1-12", help="replay only the jobs submitted in this calendar "
+                   "month (UTC), as the matrix of `make bench-philly` slices the trace (9: September, 10: October)")
     h.add_argument("--policy", choices=("ferry", "fifo", "volcano"), default="ferry")
     h.add_argument("--config", type=Path, help="the scheduler's configuration file (as `ferry scheduler --config` "
                    "reads it), applied over --policy: simulate the policy a cluster is configured with")
@@ -48,8 +54,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "delay, ...) as the service cycling every period does: faster, less faithful")
     h.add_argument("--json", action="store_true")
     h.add_argument("--plot", type=Path, help="write a PNG: utilization and queue over time, waits per tenant")
+    h.add_argument("--decisions", type=Path, metavar="FILE", help="write every decision (binds, notices with the "
+                   "rule and the preemptor, evictions, pending reasons) as JSON lines with the replay's time: why "
+                   "a job waited or was evicted")
     h.add_argument("--strict", action="store_true")
     h.set_defaults(func=run_philly)
+
+
+def _write_decisions(out: TextIO, now: float, decisions: list[Decision]) -> None:
+    """One JSON object a line: the replay's time, the decision's kind and its fields."""
+    for d in decisions:
+        out.write(json.dumps({"t": now, "kind": type(d).__name__, **dataclasses.asdict(d)}) + "\n")
 
 
 def _config(path: Path, policy: str) -> SchedulerConfig:
@@ -113,14 +128,19 @@ def run_philly(args: argparse.Namespace) -> int:
         jobs = philly.load_jobs(args.jobs, problems, args.strict)
         vc = philly.load_vc_nodes(args.vc_nodes, problems, args.strict)
         _report(problems)
+        if args.month is not None:
+            jobs = philly.in_month(jobs, args.month)
         if not jobs:
-            return _fail(f"{args.jobs}: no usable jobs")
+            return _fail(f"{args.jobs}: no usable jobs" + (f" in month {args.month}" if args.month is not None else ""))
         config = _config(args.config, args.policy) if args.config else None
         t0 = time.monotonic()
-        res = philly.simulate(jobs, vc, args.policy, args.nodes, args.gpus_per_node,
-                              progress=lambda s: print(f"ferry: {s}", file=sys.stderr, flush=True), notes=notes,
-                              config=config, departments=args.departments, las=args.las,
-                              preemptor_delay_s=delay, victim_grace_s=grace, cycle_when_due=not args.event_only)
+        with contextlib.ExitStack() as stack:
+            log = stack.enter_context(args.decisions.open("w")) if args.decisions else None
+            res = philly.simulate(jobs, vc, args.policy, args.nodes, args.gpus_per_node,
+                                  progress=lambda s: print(f"ferry: {s}", file=sys.stderr, flush=True), notes=notes,
+                                  config=config, departments=args.departments, las=args.las,
+                                  preemptor_delay_s=delay, victim_grace_s=grace, cycle_when_due=not args.event_only,
+                                  decisions=None if log is None else functools.partial(_write_decisions, log))
     except (TraceError, ValueError, OSError) as exc:
         return _fail(str(exc))
     for note in notes[:20]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.core.balance import node_imbalance
-from scheduler.core.decisions import Evict, JobStatus, NotifyWillEvict
+from scheduler.core.decisions import Decision, Evict, JobStatus, NotifyWillEvict
 from scheduler.core.fairshare import water_fill
 from scheduler.core.model import Cluster, Device, Job, JobPhase, Node, Queue, Request, Task
 from scheduler.core.scheduler import CYCLE_PERIOD_S, Scheduler, SchedulerConfig
@@ -198,12 +198,21 @@ class PhillyResult:
     job_waits: list[float] = field(default_factory=list)  # per job the trace could run, in its order
 
 
+def in_month(jobs: list[TraceJob], month: int) -> list[TraceJob]:
+    """The jobs submitted in calendar month ``month`` (1-12, UTC, of any year): the slices the matrix of
+    ``make bench-philly`` replays, so that ``ferry simulate philly --month`` replays one of its cells."""
+    if not 1 <= month <= 12:
+        raise ValueError(f"a month is 1-12, got {month}")
+    return [j for j in jobs if datetime.fromtimestamp(j.submit, UTC).month == month]
+
+
 def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes: int = 96,
              gpus_per_node: int = 8, progress: Callable[[str], None] | None = None,
              notes: list[str] | None = None, config: SchedulerConfig | None = None,
              departments: int = 0, movable: Callable[[TraceJob], bool] | None = None,
              las: bool = False, preemptor_delay_s: float = PREEMPTOR_DELAY_S,
-             victim_grace_s: float = VICTIM_GRACE_S, cycle_when_due: bool = True) -> PhillyResult:
+             victim_grace_s: float = VICTIM_GRACE_S, cycle_when_due: bool = True,
+             decisions: Callable[[float, list[Decision]], None] | None = None) -> PhillyResult:
     """Replay ``jobs``; with ``departments`` the VCs become teams of that many departments
     (:func:`departments_of`) and fairness is also reported per department; ``movable`` says which jobs
     may be moved by consolidation (all may checkpoint: a move loses the work since its notice). With
@@ -213,7 +222,10 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
     and, with ``cycle_when_due`` (the default), whenever a rule that waits for time falls due
     (``Scheduler.due``: a victim's deadline, the end of a preemptor delay, ...) and one service period after
     a cycle an action cut short at its budget, as the service, cycling every period, does; without it a
-    victim stays until the next event after its deadline (the event-only replay of earlier figures, faster)."""
+    victim stays until the next event after its deadline (the event-only replay of earlier figures, faster).
+    ``decisions`` is given every cycle's decisions with the replay's time, in order: what was decided, and
+    why, for each job (``j<n>.<run>``: the trace's n-th job the cluster can hold, in arrival order, 0 first;
+    its runs counted from 0)."""
     notes = notes if notes is not None else []
     capacity_gpus = nodes * gpus_per_node
     runnable = []
@@ -324,6 +336,8 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
                 if progress and done % 5000 == 0:
                     progress(f"{policy}: {done}/{total} jobs done, t={now / 86400:.1f} d")
         res = sched.cycle(now)
+        if decisions is not None and res.decisions:
+            decisions(now, res.decisions)
         for d in res.decisions:
             if isinstance(d, JobStatus) and d.phase == JobPhase.RUNNING.value:
                 name, inc_s = d.job.rsplit(".", 1)

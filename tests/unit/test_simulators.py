@@ -204,6 +204,39 @@ def test_simulate_cli_sets_the_tenants_preemptor_delay_and_victim_grace(tmp_path
     assert bad.returncode != 0 and "must not be negative" in bad.stderr
 
 
+def test_simulate_cli_replays_one_month_and_writes_why_each_job_waited(tmp_path: Path) -> None:
+    # January: b borrows the whole 2-node cluster and a's job takes its guarantee back at once; February:
+    # two jobs of c on an idle cluster
+    month = 31 * 86400
+    rows = ["0,10000,8,b", "0,10000,8,b", "1000,10,1,a", f"{month + 100},10,1,c", f"{month + 200},10,1,c"]
+    (tmp_path / "jobs.csv").write_text("timestamp,duration,num_gpus,cluster\n" + "\n".join(rows) + "\n")
+    (tmp_path / "vc.csv").write_text("vc,node num\na,1\nb,1\n")
+
+    def run(*flags: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "ferry", "simulate", "philly", "--jobs",
+                               str(tmp_path / "jobs.csv"), "--vc-nodes", str(tmp_path / "vc.csv"), "--nodes", "2",
+                               "--json", "--preemptor-delay", "0", *flags], capture_output=True, text=True)
+
+    log = tmp_path / "decisions.jsonl"
+    january = run("--month", "1", "--decisions", str(log))
+    assert january.returncode == 0, january.stderr
+    assert json.loads(january.stdout)["jobs"] == 3
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    notices = [d for d in lines if d["kind"] == "NotifyWillEvict"]
+    assert len(notices) == 1 and notices[0]["preemptor"] == "j000002.0" and notices[0]["t"] == 1000.0
+    assert "reclaim by j000002.0" in notices[0]["reason"]
+    evicted = [d for d in lines if d["kind"] == "Evict"]
+    assert [(d["job"], d["t"]) for d in evicted] == [(notices[0]["job"], 1000.0 + philly.VICTIM_GRACE_S)]
+    assert {d["job"] for d in lines if d["kind"] == "Bind"} == {"j000000.0", "j000001.0", "j000002.0",
+                                                              f"{notices[0]['job'].split('.')[0]}.1"}
+    february = run("--month", "2")
+    assert february.returncode == 0 and json.loads(february.stdout)["jobs"] == 2
+    assert json.loads(february.stdout)["preemptions"] == 0
+    for month_flag, words in (("13", "a month is 1-12, got 13"), ("3", "no usable jobs in month 3")):
+        bad = run("--month", month_flag)
+        assert bad.returncode != 0 and words in bad.stderr
+
+
 def test_philly_cycles_when_a_rule_falls_due_not_only_on_the_next_event() -> None:
     # tenant b borrows the whole cluster; a's job reclaims at once (no delay) and its victim's grace ends at
     # t=1060, while the next arrival is at t=3000
