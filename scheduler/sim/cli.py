@@ -9,6 +9,7 @@ import functools
 import json
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -59,6 +60,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "a job waited or was evicted")
     h.add_argument("--strict", action="store_true")
     h.set_defaults(func=run_philly)
+
+
+@contextlib.contextmanager
+def _replacing(path: Path) -> Iterator[TextIO]:
+    """A file written beside ``path`` that takes its place only once the run succeeded: a refused or
+    interrupted run leaves whatever was there untouched."""
+    part = path.with_name(path.name + ".part")
+    try:
+        with part.open("w") as out:
+            yield out
+        part.replace(path)
+    finally:
+        part.unlink(missing_ok=True)
 
 
 def _write_decisions(out: TextIO, now: float, decisions: list[Decision]) -> None:
@@ -135,7 +149,7 @@ def run_philly(args: argparse.Namespace) -> int:
         config = _config(args.config, args.policy) if args.config else None
         t0 = time.monotonic()
         with contextlib.ExitStack() as stack:
-            log = stack.enter_context(args.decisions.open("w")) if args.decisions else None
+            log = stack.enter_context(_replacing(args.decisions)) if args.decisions else None
             res = philly.simulate(jobs, vc, args.policy, args.nodes, args.gpus_per_node,
                                   progress=lambda s: print(f"ferry: {s}", file=sys.stderr, flush=True), notes=notes,
                                   config=config, departments=args.departments, las=args.las,

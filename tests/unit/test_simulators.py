@@ -229,6 +229,11 @@ def test_simulate_cli_replays_one_month_and_writes_why_each_job_waited(tmp_path:
     assert [(d["job"], d["t"]) for d in evicted] == [(notices[0]["job"], 1000.0 + philly.VICTIM_GRACE_S)]
     assert {d["job"] for d in lines if d["kind"] == "Bind"} == {"j000000.0", "j000001.0", "j000002.0",
                                                               f"{notices[0]['job'].split('.')[0]}.1"}
+    written = log.read_text()
+    refused = run("--month", "1", "--victim-grace", "-1", "--decisions", str(log))
+    assert refused.returncode != 0 and "must not be negative" in refused.stderr
+    assert log.read_text() == written and sorted(p.name for p in tmp_path.iterdir()) == [
+        "decisions.jsonl", "jobs.csv", "vc.csv"]  # the last good log stays; no partial one is left
     february = run("--month", "2")
     assert february.returncode == 0 and json.loads(february.stdout)["jobs"] == 2
     assert json.loads(february.stdout)["preemptions"] == 0
