@@ -148,8 +148,7 @@ def run_philly(args: argparse.Namespace) -> int:
             return _fail(f"{args.jobs}: no usable jobs" + (f" in month {args.month}" if args.month is not None else ""))
         config = _config(args.config, args.policy) if args.config else None
         t0 = time.monotonic()
-        with contextlib.ExitStack() as stack:
-            log = stack.enter_context(_replacing(args.decisions)) if args.decisions else None
+        with _replacing(args.decisions) if args.decisions else contextlib.nullcontext() as log:
             res = philly.simulate(jobs, vc, args.policy, args.nodes, args.gpus_per_node,
                                   progress=lambda s: print(f"ferry: {s}", file=sys.stderr, flush=True), notes=notes,
                                   config=config, departments=args.departments, las=args.las,
