@@ -17,11 +17,15 @@ class Bind:
 
 @dataclass(frozen=True, slots=True)
 class NotifyWillEvict:
-    """Tell a victim it will be evicted at ``deadline`` so it can checkpoint."""
+    """Tell a victim it will be evicted at ``deadline`` so it can checkpoint. ``rule`` names why, as data
+    (metrics and replays count by it): the victim rule that granted it (``reclaim``, ``fair-share``,
+    ``starvation``, ``preempt``, ``least-attained-service``, ...), ``loan-recall`` for a job on loan on a
+    hold, or the moving action (``consolidate``, ``drain-holds``)."""
 
     job: str
     deadline: float
     preemptor: str
+    rule: str
     reason: str
 
 

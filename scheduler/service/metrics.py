@@ -19,7 +19,8 @@ ALLOCATED_GPUS = Gauge("kube_ferry_queue_allocated_gpus", "GPUs allocated to eac
                        registry=REGISTRY)
 RECENT_GPU_SECONDS = Gauge("kube_ferry_queue_recent_gpu_seconds", "GPU-seconds each queue received, decayed with "
                            "the half-life (fair-over-time; absent while it is off)", ["queue"], registry=REGISTRY)
-PREEMPTIONS = Counter("kube_ferry_preemption_notices_total", "Jobs told they will be evicted", registry=REGISTRY)
+PREEMPTIONS = Counter("kube_ferry_preemption_notices_total", "Jobs told they will be evicted, by the rule that "
+                      "chose them and their queue", ["rule", "queue"], registry=REGISTRY)
 EVICTIONS = Counter("kube_ferry_evictions_total", "Jobs evicted (whole jobs)", registry=REGISTRY)
 BINDINGS = Counter("kube_ferry_bindings_total", "Pod bindings written, by result", ["result"], registry=REGISTRY)
 IS_LEADER = Gauge("kube_ferry_leader", "1 while this replica holds the scheduling lease", registry=REGISTRY)

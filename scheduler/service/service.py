@@ -418,7 +418,8 @@ class SchedulerService:
                 writes.append(self._after_explained(d.job, self._job_status(
                     snap, d.job, d.phase, "Scheduled", "True", "Scheduled", d.reason)))
             elif isinstance(d, NotifyWillEvict):
-                metrics.PREEMPTIONS.inc()
+                victim = snap.cluster.jobs.get(d.job)
+                metrics.PREEMPTIONS.labels(rule=d.rule, queue=victim.queue if victim is not None else "").inc()
                 writes.append(self._notify(snap, d))
             elif isinstance(d, CancelEviction):
                 writes.append(self._cancel(snap, d))

@@ -107,6 +107,8 @@ class _Live:
     pending_since: float = 0.0
     started: float | None = None
     notice: float | None = None
+    rule: str = ""  # the rule its latest notice named
+    evicted_by: str = ""  # the rule that evicted its last run
     incarnation: int = 0
     moved_at: float | None = None
     attained_gpu_s: float = 0.0  # what its earlier runs received (the las plugin's levels)
@@ -271,6 +273,7 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
     imbalance_s = 0.0  # its integral over time
     last_t = 0.0
     preemptions = 0
+    by_rule: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])  # rule -> [evictions, new runs' waits]
     wasted = 0.0
     done = 0
     total = len(runnable)
@@ -344,6 +347,8 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
                 lj = live[name]
                 lj.started = now
                 lj.waited += now - lj.pending_since
+                if lj.incarnation:  # a new run: its wait is what the eviction cost it
+                    by_rule[lj.evicted_by][1] += now - lj.pending_since
                 if lj.first_wait is None:
                     lj.first_wait = lj.waited
                 pending -= 1
@@ -351,7 +356,8 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
                 heapq.heappush(events, (now + lj.remaining, 0, seq, name, int(inc_s)))
                 seq += 1
             elif isinstance(d, NotifyWillEvict):
-                live[d.job.rsplit(".", 1)[0]].notice = now
+                lj = live[d.job.rsplit(".", 1)[0]]
+                lj.notice, lj.rule = now, d.rule
             elif isinstance(d, Evict):
                 name, inc_s = d.job.rsplit(".", 1)
                 lj = live[name]
@@ -364,6 +370,8 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
                 allocated -= lj.trace.gpus
                 sched.remove(d.job)
                 preemptions += 1
+                lj.evicted_by = lj.rule or "unknown"
+                by_rule[lj.evicted_by][0] += 1
                 wasted += lost
                 st = stats[lj.trace.tenant]
                 st.preemptions += 1
@@ -412,6 +420,11 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
         "jain_daily_min": round(min(days), 4) if days else 1.0,
         "node_imbalance_pct": round(imbalance_s / last_t, 1) if last_t else 0.0,
         "preemptions": preemptions,
+        # what each rule's evictions cost: how many, and how long their victims' new runs waited (in all,
+        # and per job of the trace, the share of avg_wait_s they make)
+        "evictions_by_rule": {rule: {"evictions": int(n), "new_run_wait_s": round(w, 1),
+                                     "per_job_s": round(w / total, 2) if total else 0.0}
+                              for rule, (n, w) in sorted(by_rule.items(), key=lambda kv: -kv[1][1])},
         "wasted_gpu_s": round(wasted, 1),
         "big_jobs_p99_wait_s": round(percentile(big_waits, 99), 1) if big_waits else None,
         "tenants": {

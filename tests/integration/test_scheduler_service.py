@@ -153,13 +153,15 @@ async def test_four_quarter_gpu_pods_share_one_device(
     assert imbalance is not None and 0 <= imbalance < 1000  # exported at most once a second (defined in the README)
 
 
-def scheduler_metric(comp: Component, name: str, queue: str | None = None) -> float | None:
-    """A sample of the scheduler's /metrics (a queue's, if given), or None when it does not export it."""
+def scheduler_metric(comp: Component, name: str, queue: str | None = None, rule: str | None = None) -> float | None:
+    """A sample of the scheduler's /metrics (a queue's, and a rule's, if given), or None when it does not
+    export it."""
     import re
     import urllib.request
 
     text = urllib.request.urlopen(f"http://127.0.0.1:{comp.spec.ports[0]}/metrics", timeout=5).read().decode()
-    labels = re.escape(f'{{queue="{queue}"}}') if queue is not None else ""
+    parts = [f'{key}="{value}"' for key, value in (("rule", rule), ("queue", queue)) if value is not None]
+    labels = re.escape("{" + ",".join(parts) + "}") if parts else ""
     m = re.search(rf"^{re.escape(name)}{labels} (\S+)$", text, re.M)
     return float(m.group(1)) if m else None
 
@@ -222,6 +224,9 @@ async def test_guaranteed_gang_preempts_elastic_job_after_its_grace(
             return (p.metadata.annotations or {}).get("kubeferry.io/will-evict-at")
 
         deadline = await eventually(noticed, timeout=30, what="eviction notice on the victim")
+        # counted by the rule that chose it (its own queue's guaranteed job: tier preemption) and its queue
+        counted = scheduler_metric(ferry_scheduler, "kube_ferry_preemption_notices_total", queue, rule="preempt")
+        assert counted is not None and counted >= 1, counted
 
         async def told() -> Any:  # the condition is written beside the annotation, not before it
             p = await core.read_namespaced_pod("el-0", compute_ns)

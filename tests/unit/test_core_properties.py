@@ -7,6 +7,7 @@ from collections import defaultdict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from scheduler.core.actions.reserve import LOAN_RECALL
 from scheduler.core.decisions import NotifyWillEvict
 from scheduler.core.model import GPU_MILLI, Cluster, JobPhase, ReplicaPhase, Tier
 from scheduler.core.scheduler import Scheduler
@@ -145,7 +146,10 @@ def _check_victim_rule(s: Scheduler, notice: NotifyWillEvict,
     vq, vtier, _, _ = before[notice.job]
     pq_name, ptier, _, _ = before[notice.preemptor]
     pq = c.queues[pq_name]
-    if "on loan" in notice.reason:  # lend-holds: a job on loan on the preemptor's held nodes, recalled
+    rules = {name for name, _ in s.framework.victim_rule}
+    assert notice.rule == LOAN_RECALL or (notice.rule in rules and f"({notice.rule} by " in notice.reason), notice
+    if notice.rule == LOAN_RECALL:  # lend-holds: a job on loan on the preemptor's held nodes, recalled
+        assert "on loan" in notice.reason
         assert notice.preemptor in c.jobs[notice.job].on_loan_from
         if vq != pq_name:  # never what its queue needs for its guarantee
             assert c.queues[vq].allocated_gpu - _taken_by_others(c, vq) >= c.queues[vq].guaranteed_gpu

@@ -239,7 +239,7 @@ def test_policy_table(case: Case) -> None:
                 assert reason in c.jobs[job].reason, (where, c.jobs[job].reason)
             for victim, rule in step.rule.items():
                 (notice,) = [d for d in res.of(NotifyWillEvict) if isinstance(d, NotifyWillEvict) and d.job == victim]
-                assert f"({rule} by " in notice.reason, (where, notice.reason)
+                assert notice.rule == rule and f"({rule} by " in notice.reason, (where, notice.rule, notice.reason)
         _check_accounting(s)
 
 

@@ -212,19 +212,26 @@ def test_simulate_cli_replays_one_month_and_writes_why_each_job_waited(tmp_path:
     (tmp_path / "jobs.csv").write_text("timestamp,duration,num_gpus,cluster\n" + "\n".join(rows) + "\n")
     (tmp_path / "vc.csv").write_text("vc,node num\na,1\nb,1\n")
 
-    def run(*flags: str) -> subprocess.CompletedProcess[str]:
+    def run(*flags: str, as_json: bool = True) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "ferry", "simulate", "philly", "--jobs",
                                str(tmp_path / "jobs.csv"), "--vc-nodes", str(tmp_path / "vc.csv"), "--nodes", "2",
-                               "--json", "--preemptor-delay", "0", *flags], capture_output=True, text=True)
+                               *(["--json"] if as_json else []), "--preemptor-delay", "0", *flags],
+                              capture_output=True, text=True)
 
     log = tmp_path / "decisions.jsonl"
     january = run("--month", "1", "--decisions", str(log))
     assert january.returncode == 0, january.stderr
-    assert json.loads(january.stdout)["jobs"] == 3
+    result = json.loads(january.stdout)
+    assert result["jobs"] == 3
+    # what the eviction cost, by rule: its victim's new run is all the wait beyond the first runs'
+    (cost,) = result["evictions_by_rule"].items()
+    assert cost[0] == "reclaim" and cost[1]["evictions"] == 1 and cost[1]["new_run_wait_s"] > 0
+    beyond_first_runs = result["avg_wait_s"] - result["avg_first_wait_s"]
+    assert cost[1]["per_job_s"] == pytest.approx(beyond_first_runs, abs=0.1)  # each figure rounded
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     notices = [d for d in lines if d["kind"] == "NotifyWillEvict"]
     assert len(notices) == 1 and notices[0]["preemptor"] == "j000002.0" and notices[0]["t"] == 1000.0
-    assert "reclaim by j000002.0" in notices[0]["reason"]
+    assert notices[0]["rule"] == "reclaim" and "reclaim by j000002.0" in notices[0]["reason"]
     evicted = [d for d in lines if d["kind"] == "Evict"]
     assert [(d["job"], d["t"]) for d in evicted] == [(notices[0]["job"], 1000.0 + philly.VICTIM_GRACE_S)]
     assert {d["job"] for d in lines if d["kind"] == "Bind"} == {"j000000.0", "j000001.0", "j000002.0",
@@ -236,7 +243,10 @@ def test_simulate_cli_replays_one_month_and_writes_why_each_job_waited(tmp_path:
         "decisions.jsonl", "jobs.csv", "vc.csv"]  # the last good log stays; no partial one is left
     february = run("--month", "2")
     assert february.returncode == 0 and json.loads(february.stdout)["jobs"] == 2
-    assert json.loads(february.stdout)["preemptions"] == 0
+    assert json.loads(february.stdout)["preemptions"] == 0 and json.loads(february.stdout)["evictions_by_rule"] == {}
+    printed = run("--month", "1", as_json=False).stdout.splitlines()
+    text = [line for line in printed if line.startswith("evictions by rule")]
+    assert len(text) == 1 and text[0].endswith(f"reclaim 1 ({cost[1]['per_job_s']} s)")
     for month_flag, words in (("13", "a month is 1-12, got 13"), ("3", "no usable jobs in month 3")):
         bad = run("--month", month_flag)
         assert bad.returncode != 0 and words in bad.stderr

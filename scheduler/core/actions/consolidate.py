@@ -93,7 +93,7 @@ class Consolidate(Action):
                     return 0
         for mover in chosen:
             mover.moved_at = now
-        tell_to_leave(ssn, job, target, chosen, lambda m: self._why(job),
+        tell_to_leave(ssn, job, target, chosen, lambda m: self.name, lambda m: self._why(job),
                       f"{self.doing}: moving {len(chosen)} movable job(s) ({', '.join(m.name for m in chosen)}) "
                       "to open whole nodes; it would fit in the free GPUs, but on no set of nodes")
         return len(chosen)

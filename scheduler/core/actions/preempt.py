@@ -115,7 +115,7 @@ class Preempt(Action):
                 st.restore(victim)
             # the victims are back: each one's rule as it stands with the others still running
             rules = {v.name: fw.victim_reason(job, v, ssn) or "preemption" for v in chosen}
-        tell_to_leave(ssn, job, nodes, chosen, lambda v: f"{rules[v.name]} by {job.name}",
+        tell_to_leave(ssn, job, nodes, chosen, lambda v: rules[v.name], lambda v: f"{rules[v.name]} by {job.name}",
                       f"preempting {len(chosen)} job(s): {', '.join(v.name for v in chosen)}")
         return True
 

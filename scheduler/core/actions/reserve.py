@@ -11,6 +11,8 @@ from scheduler.core.framework import Action, OrderKey, Session
 from scheduler.core.model import Job, JobPhase, Node
 from scheduler.core.statement import Statement
 
+LOAN_RECALL = "loan-recall"  # the rule a recalled loan's notice names
+
 
 class Reserve(Action):
     name = "reserve"
@@ -135,8 +137,9 @@ class Reserve(Action):
             if not chosen:
                 return  # it fits as things are: allocate starts it
             nodes = tuple(sorted({p.node for p in trial}))
-        tell_to_leave(ssn, holder, nodes, chosen, lambda v: f"on loan on node(s) held for {holder.name}, "
-                      "which can start now", f"recalling {len(chosen)} job(s) on loan on its held node(s): "
+        tell_to_leave(ssn, holder, nodes, chosen, lambda v: LOAN_RECALL,
+                      lambda v: f"on loan on node(s) held for {holder.name}, which can start now",
+                      f"recalling {len(chosen)} job(s) on loan on its held node(s): "
                       + ", ".join(v.name for v in chosen))
 
     def _gpu_size(self, names: Iterable[str]) -> int:

@@ -28,9 +28,9 @@ def fewest(st: Statement, job: Job, gang: list[Replica], excluded: frozenset[str
 
 
 def tell_to_leave(ssn: Session, job: Job, nodes: tuple[str, ...], leaving: list[Job],
-                  why: Callable[[Job], str], status: str) -> None:
+                  rule: Callable[[Job], str], why: Callable[[Job], str], status: str) -> None:
     """``job`` holds ``nodes`` and waits (Privileged) for ``leaving`` to go at the end of their grace;
-    each is told why, with its deadline, to checkpoint."""
+    each is told why (``rule``: its name, as data; ``why``: in words), with its deadline, to checkpoint."""
     sched, now = ssn.sched, ssn.now
     sched.hold(job, nodes)
     job.phase = JobPhase.PRIVILEGED
@@ -41,5 +41,5 @@ def tell_to_leave(ssn: Session, job: Job, nodes: tuple[str, ...], leaving: list[
         other.last_victim_cycle = sched.cycles
         sched.victims[job.name][other.name] = None
         other.reason = f"will be evicted at t={deadline:.0f} ({why(other)}); checkpoint now"
-        ssn.result.decisions.append(NotifyWillEvict(other.name, deadline, job.name, other.reason))
+        ssn.result.decisions.append(NotifyWillEvict(other.name, deadline, job.name, rule(other), other.reason))
     ssn.result.decisions.append(JobStatus(job.name, JobPhase.PRIVILEGED.value, job.reason))
