@@ -123,6 +123,9 @@ def main() -> None:
     for k in KEYS:
         print(f"{k:<20}" + "".join(f"{m[k]!s:>12}" for _, m, _ in rows))
     print(f"{'simulator wall s':<20}" + "".join(f"{w:>12.0f}" for _, _, w in rows))
+    for policy, m, _ in rows:
+        if m["evictions_by_rule"]:
+            print(f"{policy} {philly.eviction_costs(m['evictions_by_rule'])}")
     if "ferry" in args.policies.split(","):
         flat = next(m for p, m, _ in rows if p == "ferry")
         tree = philly.simulate(jobs, vc, "ferry", departments=DEPARTMENTS, cycle_when_due=not args.event_only).metrics

@@ -171,9 +171,6 @@ def run_philly(args: argparse.Namespace) -> int:
         keys = ("avg_wait_s", "avg_first_wait_s", "p50_wait_s", "p99_wait_s", "max_wait_s", "avg_jct_s",
                 "gpu_utilization", "jain_fairness", "jain_daily_mean", "preemptions", "wasted_gpu_s")
         print(" ".join(f"{k}={metrics[k]}" for k in keys))
-        by_rule = metrics["evictions_by_rule"]
-        if by_rule:
-            print("evictions by rule (how many, and the wait of their victims' new runs per job of the trace: "
-                  "avg_wait_s less avg_first_wait_s): "
-                  + ", ".join(f"{rule} {e['evictions']} ({e['per_job_s']} s)" for rule, e in by_rule.items()))
+        if metrics["evictions_by_rule"]:
+            print(philly.eviction_costs(metrics["evictions_by_rule"]))
     return 0

@@ -438,6 +438,13 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
                         [lj.waited for lj in live.values()])
 
 
+def eviction_costs(by_rule: dict[str, dict[str, Any]]) -> str:
+    """``evictions_by_rule`` as one line: what each rule's evictions cost the jobs they evicted."""
+    return ("evictions by rule (how many, and the wait of their victims' new runs per job of the trace: "
+            "avg_wait_s less avg_first_wait_s): "
+            + ", ".join(f"{rule} {e['evictions']} ({e['per_job_s']} s)" for rule, e in by_rule.items()))
+
+
 def jain_index(xs: list[float]) -> float:
     """Jain's index of ``xs`` (1: all equal); 1 for none."""
     square = sum(x * x for x in xs)
