@@ -160,7 +160,8 @@ def scheduler_metric(comp: Component, name: str, queue: str | None = None, rule:
     import urllib.request
 
     text = urllib.request.urlopen(f"http://127.0.0.1:{comp.spec.ports[0]}/metrics", timeout=5).read().decode()
-    parts = [f'{key}="{value}"' for key, value in (("rule", rule), ("queue", queue)) if value is not None]
+    # the exposition writes a sample's labels sorted by name
+    parts = [f'{key}="{value}"' for key, value in sorted({"queue": queue, "rule": rule}.items()) if value is not None]
     labels = re.escape("{" + ",".join(parts) + "}") if parts else ""
     m = re.search(rf"^{re.escape(name)}{labels} (\S+)$", text, re.M)
     return float(m.group(1)) if m else None
