@@ -107,8 +107,7 @@ class _Live:
     pending_since: float = 0.0
     started: float | None = None
     notice: float | None = None
-    rule: str = ""  # the rule its latest notice named
-    evicted_by: str = ""  # the rule that evicted its last run
+    rule: str = ""  # the rule its latest notice named: until its next run is told to leave, what evicted it
     incarnation: int = 0
     moved_at: float | None = None
     attained_gpu_s: float = 0.0  # what its earlier runs received (the las plugin's levels)
@@ -348,7 +347,7 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
                 lj.started = now
                 lj.waited += now - lj.pending_since
                 if lj.incarnation:  # a new run: its wait is what the eviction cost it
-                    by_rule[lj.evicted_by][1] += now - lj.pending_since
+                    by_rule[lj.rule][1] += now - lj.pending_since
                 if lj.first_wait is None:
                     lj.first_wait = lj.waited
                 pending -= 1
@@ -370,8 +369,7 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
                 allocated -= lj.trace.gpus
                 sched.remove(d.job)
                 preemptions += 1
-                lj.evicted_by = lj.rule or "unknown"
-                by_rule[lj.evicted_by][0] += 1
+                by_rule[lj.rule][0] += 1
                 wasted += lost
                 st = stats[lj.trace.tenant]
                 st.preemptions += 1
