@@ -75,8 +75,7 @@ def trace_window(start: datetime, count: int) -> tuple[list[philly.TraceJob], di
     problems = Problems([])
     jobs = philly.load_jobs(TRACES / "philly" / "philly_2017-09_10.csv", problems)
     vc = philly.load_vc_nodes(TRACES / "philly" / "philly_vc_nodes.csv", problems)
-    after = start.timestamp()
-    return [j for j in jobs if j.submit >= after][:count], vc
+    return philly.window(jobs, start, count), vc
 
 
 def compress(trace: list[philly.TraceJob], factor: float) -> list[ReplayJob]:

@@ -10,6 +10,7 @@ import json
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -38,6 +39,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     h.add_argument("--gpus-per-node", type=int, default=8)
     h.add_argument("--month", type=int, metavar="1-12", help="replay only the jobs submitted in this calendar "
                    "month (UTC), as the matrix of `make bench-philly` slices the trace (9: September, 10: October)")
+    h.add_argument("--from", dest="start", type=_utc_date, metavar="YYYY-MM-DD", help="replay only --count "
+                   "consecutive jobs submitted from this day (UTC) on, from an empty cluster, as the held-out "
+                   "windows of `make bench-philly-heldout` do")
+    h.add_argument("--count", type=int, metavar="N", help="how many jobs --from replays")
     h.add_argument("--policy", choices=("ferry", "fifo", "volcano"), default="ferry")
     h.add_argument("--config", type=Path, help="the scheduler's configuration file (as `ferry scheduler --config` "
                    "reads it), applied over --policy: simulate the policy a cluster is configured with")
@@ -60,6 +65,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "a job waited or was evicted")
     h.add_argument("--strict", action="store_true")
     h.set_defaults(func=run_philly)
+
+
+def _utc_date(text: str) -> datetime:
+    """A day as YYYY-MM-DD, its midnight in UTC (the trace's timestamps are UTC)."""
+    try:
+        return datetime.strptime(text, "%Y-%m-%d").replace(tzinfo=UTC)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a day is YYYY-MM-DD, got {text!r}") from None
 
 
 @contextlib.contextmanager
@@ -134,6 +147,8 @@ def run_philly(args: argparse.Namespace) -> int:
         return _fail("--nodes and --gpus-per-node must be positive")
     if args.departments < 0:
         return _fail("--departments must not be negative")
+    if (args.start is None) != (args.count is None):
+        return _fail("--from and --count go together: a window is where it starts and how many jobs it holds")
     delay = philly.PREEMPTOR_DELAY_S if args.preemptor_delay is None else args.preemptor_delay
     grace = philly.VICTIM_GRACE_S if args.victim_grace is None else args.victim_grace
     problems = Problems([])
@@ -142,10 +157,13 @@ def run_philly(args: argparse.Namespace) -> int:
         jobs = philly.load_jobs(args.jobs, problems, args.strict)
         vc = philly.load_vc_nodes(args.vc_nodes, problems, args.strict)
         _report(problems)
+        where = ""
         if args.month is not None:
-            jobs = philly.in_month(jobs, args.month)
+            jobs, where = philly.in_month(jobs, args.month), f" in month {args.month}"
+        if args.start is not None:
+            jobs, where = philly.window(jobs, args.start, args.count), f"{where} from {args.start:%Y-%m-%d} on"
         if not jobs:
-            return _fail(f"{args.jobs}: no usable jobs" + (f" in month {args.month}" if args.month is not None else ""))
+            return _fail(f"{args.jobs}: no usable jobs{where}")
         config = _config(args.config, args.policy) if args.config else None
         t0 = time.monotonic()
         with _replacing(args.decisions) if args.decisions else contextlib.nullcontext() as log:

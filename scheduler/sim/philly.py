@@ -207,6 +207,16 @@ def in_month(jobs: list[TraceJob], month: int) -> list[TraceJob]:
     return [j for j in jobs if datetime.fromtimestamp(j.submit, UTC).month == month]
 
 
+def window(jobs: list[TraceJob], start: datetime, count: int) -> list[TraceJob]:
+    """``count`` consecutive jobs submitted at ``start`` or later (in submission order, as the trace
+    lists them): a slice replayed from an empty cluster, as the held-out windows of
+    ``make bench-philly-heldout`` and ``ferry simulate philly --from`` are."""
+    if count < 1:
+        raise ValueError(f"a window holds at least one job, got {count}")
+    after = start.timestamp()
+    return [j for j in jobs if j.submit >= after][:count]
+
+
 def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes: int = 96,
              gpus_per_node: int = 8, progress: Callable[[str], None] | None = None,
              notes: list[str] | None = None, config: SchedulerConfig | None = None,

@@ -6,11 +6,12 @@ import csv
 import json
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from scheduler.bench.philly import las_verdict
+from scheduler.bench.philly import cell_misses, las_verdict
 from scheduler.sim import openb, philly
 from scheduler.sim.gorand import GoRand
 from scheduler.sim.traces import TRACES, Problems, TraceError
@@ -250,6 +251,47 @@ def test_simulate_cli_replays_one_month_and_writes_why_each_job_waited(tmp_path:
     for month_flag, words in (("13", "a month is 1-12, got 13"), ("3", "no usable jobs in month 3")):
         bad = run("--month", month_flag)
         assert bad.returncode != 0 and words in bad.stderr
+
+
+def test_simulate_cli_replays_a_window_of_consecutive_jobs_from_a_day(tmp_path: Path) -> None:
+    day = 86400
+    rows = ["0,10,1,a", f"{day - 1},10,1,a", f"{day},10,1,b", f"{day + 5},10,2,b", f"{2 * day},10,1,a"]
+    (tmp_path / "jobs.csv").write_text("timestamp,duration,num_gpus,cluster\n" + "\n".join(rows) + "\n")
+    (tmp_path / "vc.csv").write_text("vc,node num\na,1\nb,1\n")
+    jobs = philly.load_jobs(tmp_path / "jobs.csv", Problems([]))
+    start = datetime(1970, 1, 2, tzinfo=UTC)
+    assert [(j.submit, j.gpus) for j in philly.window(jobs, start, 2)] == [(day, 1), (day + 5, 2)]
+    assert len(philly.window(jobs, start, 10)) == 3  # the rest of the trace when it holds fewer
+    with pytest.raises(ValueError, match="at least one job"):
+        philly.window(jobs, start, 0)
+
+    def run(*flags: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "ferry", "simulate", "philly", "--jobs",
+                               str(tmp_path / "jobs.csv"), "--vc-nodes", str(tmp_path / "vc.csv"), "--nodes", "1",
+                               "--json", *flags], capture_output=True, text=True)
+
+    two = run("--from", "1970-01-02", "--count", "2")
+    assert two.returncode == 0, two.stderr
+    assert json.loads(two.stdout)["jobs"] == 2
+    for flags, words in ((("--from", "1970-01-02"), "--from and --count go together"),
+                         (("--from", "1970-1-2x", "--count", "2"), "a day is YYYY-MM-DD, got '1970-1-2x'"),
+                         (("--from", "1970-01-02", "--count", "0"), "at least one job, got 0"),
+                         (("--from", "1970-01-04", "--count", "2"), "no usable jobs from 1970-01-04 on"),
+                         (("--month", "2", "--from", "1970-01-02", "--count", "2"),
+                          "no usable jobs in month 2 from 1970-01-02 on")):
+        bad = run(*flags)
+        assert bad.returncode != 0 and words in bad.stderr, bad.stderr
+
+
+def test_a_slice_misses_each_check_it_fails() -> None:
+    volcano = {"avg_wait_s": 100.0, "p99_wait_s": 1000.0, "gpu_utilization": 95.0, "jain_fairness": 0.9}
+    assert cell_misses(volcano, volcano) == ["jain"]  # Jain is an absolute floor, not a comparison
+    fair = {**volcano, "jain_fairness": 0.95}
+    assert cell_misses({**fair, "gpu_utilization": 94.5}, volcano) == []  # half a point below is allowed
+    assert cell_misses({**fair, "avg_wait_s": 100.1, "p99_wait_s": 1001.0, "gpu_utilization": 94.4}, volcano) == [
+        "avg", "p99", "util"]
+    idle = {**fair, "gpu_utilization": None}  # no job waited under either: no utilisation to compare
+    assert cell_misses(idle, {**volcano, "gpu_utilization": None}) == []
 
 
 def test_philly_cycles_when_a_rule_falls_due_not_only_on_the_next_event() -> None:
