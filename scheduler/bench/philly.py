@@ -7,6 +7,7 @@ the volcano preset's, utilisation at least its own minus 0.5 point, Jain at leas
 from __future__ import annotations
 
 import argparse
+import calendar
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -101,16 +102,18 @@ HELD_OUT_SIZES = {9: (80, 92, 100, 104, 108, 116), 10: (80, 92, 100, 104, 120)}
 HELD_OUT_WINDOWS = (  # (first day, jobs, nodes)
     ("2017-09-24", 2000, 40), ("2017-10-02", 2000, 40), ("2017-10-02", 3000, 56), ("2017-10-08", 2000, 48),
     ("2017-10-16", 2000, 40), ("2017-10-16", 4000, 48), ("2017-10-22", 2000, 48), ("2017-10-26", 2000, 56))
-MONTHS = {9: "Sep", 10: "Oct"}
 
 
-def held_out(jobs: list[philly.TraceJob], vc: dict[str, int], cycle_when_due: bool = True) -> list[str]:
-    """The ferry and volcano presets on every held-out slice, each checked as a matrix cell is
-    (:func:`cell_misses`); returns the lines printed, the last one the count of slices missed."""
+def held_out(jobs: list[philly.TraceJob], vc: dict[str, int], cycle_when_due: bool = True,
+             sizes: dict[int, tuple[int, ...]] = HELD_OUT_SIZES,
+             windows: tuple[tuple[str, int, int], ...] = HELD_OUT_WINDOWS) -> list[str]:
+    """The ferry and volcano presets on every held-out slice (``sizes``: month -> cluster sizes;
+    ``windows``), each checked as a matrix cell is (:func:`cell_misses`); returns the lines printed, the
+    last one the count of slices missed."""
     slices: list[tuple[str, list[philly.TraceJob], int]] = [
-        (f"{MONTHS[month]} x{nodes}", philly.in_month(jobs, month), nodes)
-        for month, sizes in HELD_OUT_SIZES.items() for nodes in sizes]
-    for day, count, nodes in HELD_OUT_WINDOWS:
+        (f"{calendar.month_abbr[month]} x{nodes}", philly.in_month(jobs, month), nodes)
+        for month, nodes_list in sizes.items() for nodes in nodes_list]
+    for day, count, nodes in windows:
         start = datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=UTC)
         slices.append((f"{day[5:]} {count} jobs x{nodes}", philly.window(jobs, start, count), nodes))
     lines = ["", "held out: ferry | volcano: avg/p99 wait s, util %, Jain"]

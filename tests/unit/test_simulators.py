@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.bench.philly import cell_misses, las_verdict
+from scheduler.bench.philly import cell_misses, held_out, las_verdict
 from scheduler.sim import openb, philly
 from scheduler.sim.gorand import GoRand
 from scheduler.sim.traces import TRACES, Problems, TraceError
@@ -292,6 +292,20 @@ def test_a_slice_misses_each_check_it_fails() -> None:
         "avg", "p99", "util"]
     idle = {**fair, "gpu_utilization": None}  # no job waited under either: no utilisation to compare
     assert cell_misses(idle, {**volcano, "gpu_utilization": None}) == []
+
+
+def test_held_out_slices_are_checked_and_counted(tmp_path: Path) -> None:
+    # January: b's 8-GPU job fills the 1-node cluster for a day and a's job waits it out under both presets
+    # (taking b's only job back would leave b below its own guarantee), so the two tie on waits and both
+    # miss Jain; February: one job on an idle cluster, where nobody waits
+    month = 31 * 86400
+    rows = ["0,86400,8,b", "600,10,1,a", f"{month + 100},10,1,c"]
+    (tmp_path / "jobs.csv").write_text("timestamp,duration,num_gpus,cluster\n" + "\n".join(rows) + "\n")
+    jobs = philly.load_jobs(tmp_path / "jobs.csv", Problems([]))
+    lines = held_out(jobs, {"a": 1, "b": 1}, sizes={1: (1,), 2: (1,)}, windows=(("1970-02-01", 5, 1),))
+    assert [line.split()[:2] for line in lines[2:5]] == [["Jan", "x1"], ["Feb", "x1"], ["02-01", "5"]]
+    assert lines[2].endswith("MISS jain") and lines[3].endswith("ok") and lines[4].endswith("ok")
+    assert lines[-1] == "held-out slices where ferry misses a check: 1 of 3" and len(lines) == 6
 
 
 def test_philly_cycles_when_a_rule_falls_due_not_only_on_the_next_event() -> None:
