@@ -85,7 +85,7 @@ bench-openb: $(STAMP)
 bench-philly: $(STAMP)
 	$(BIN)/python -m scheduler.bench.philly
 
-# The same checks on slices no rule was shaped on (other sizes, windows of other days): ~17 min.
+# The same checks on slices no rule was shaped on (other sizes, windows of other days): ~9 min on 2 cores.
 bench-philly-heldout: $(STAMP)
 	$(BIN)/python -m scheduler.bench.philly --held-out
 

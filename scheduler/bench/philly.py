@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import argparse
 import calendar
+import os
 import time
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,6 +31,41 @@ MATRIX_NODES = (88, 96, 112)
 def _f(value: object) -> str:
     """A metric as printed: a slice where no job waited has no utilisation while jobs wait."""
     return "-" if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class Replay:
+    """One :func:`philly.simulate` call, as a worker process makes it."""
+
+    jobs: list[philly.TraceJob]
+    vc: dict[str, int]
+    policy: str
+    nodes: int = 96
+    options: dict[str, Any] = field(default_factory=dict)  # further keywords of philly.simulate
+    progress: bool = False  # print the replay's progress lines
+
+
+def _replay(call: Replay) -> philly.PhillyResult:
+    progress = (lambda s: print(f"  {s}", flush=True)) if call.progress else None
+    return philly.simulate(call.jobs, call.vc, call.policy, nodes=call.nodes, progress=progress, **call.options)
+
+
+def replays(calls: list[Replay], workers: int) -> Iterator[tuple[philly.PhillyResult, float]]:
+    """Each call's result and wall seconds, in the calls' order, ``workers`` replays at a time. A replay is
+    single-threaded and deterministic, so running several at once changes how long the whole takes, not a
+    figure; results come as soon as they and those before them are done, for progress lines in order."""
+    if workers <= 1 or len(calls) <= 1:
+        for call in calls:
+            yield _timed(call)
+        return
+    with ProcessPoolExecutor(min(workers, len(calls))) as pool:
+        yield from pool.map(_timed, calls)
+
+
+def _timed(call: Replay) -> tuple[philly.PhillyResult, float]:
+    t0 = time.monotonic()
+    res = _replay(call)
+    return res, time.monotonic() - t0
 
 
 def cell_misses(ferry: dict[str, Any], volcano: dict[str, Any]) -> list[str]:
@@ -58,12 +97,20 @@ def las_verdict(las: dict[str, float], volcano: dict[str, float], fifo: dict[str
 
 
 def matrix(jobs: list[philly.TraceJob], vc: dict[str, int], policies: list[str], las: bool = True,
-           cycle_when_due: bool = True) -> list[str]:
+           cycle_when_due: bool = True, workers: int = 1) -> list[str]:
     """Every policy on September alone, October alone and both, at several cluster sizes, with the
     checks the policy must pass on every cell against the volcano preset (issue 11: robust, not tuned);
     with ``las`` also ferry with least attained service (every job movable) and its own checks;
-    ``cycle_when_due`` as in :func:`philly.simulate`."""
+    ``cycle_when_due`` as in :func:`philly.simulate`; ``workers`` replays at a time."""
     slices = {"Sep": philly.in_month(jobs, 9), "Oct": philly.in_month(jobs, 10), "Sep-Oct": jobs}
+    with_las = las and "volcano" in policies
+    options = {"cycle_when_due": cycle_when_due}
+    calls = []
+    for part in (part for part in slices.values() if part):
+        for nodes in MATRIX_NODES:
+            calls += [Replay(part, vc, policy, nodes, options) for policy in policies]
+            calls += [Replay(part, vc, "ferry", nodes, {**options, "las": True})] if with_las else []
+    done = replays(calls, workers)
     lines = ["", "matrix: " + " | ".join(f"{p}: avg/p99 wait s, util %, Jain" for p in policies)]
     failures = las_failures = 0
     for label, part in slices.items():
@@ -72,9 +119,7 @@ def matrix(jobs: list[philly.TraceJob], vc: dict[str, int], policies: list[str],
                 lines.append(f"{label:>8} x{nodes:<4} no jobs in this slice")
                 print(lines[-1], flush=True)
                 continue
-            cell = {}
-            for policy in policies:
-                cell[policy] = philly.simulate(part, vc, policy, nodes=nodes, cycle_when_due=cycle_when_due).metrics
+            cell = {policy: next(done)[0].metrics for policy in policies}
             row = " | ".join(f"{p} {_f(m['avg_wait_s']):>7} {_f(m['p99_wait_s']):>8} {_f(m['gpu_utilization']):>6} "
                              f"{_f(m['jain_fairness']):>6}" for p, m in cell.items())
             verdict = ""
@@ -84,10 +129,8 @@ def matrix(jobs: list[philly.TraceJob], vc: dict[str, int], policies: list[str],
                 failures += bool(misses)
             lines.append(f"{label:>8} x{nodes:<4} {row}  {verdict}")
             print(lines[-1], flush=True)
-            if las and "volcano" in cell:
-                with_las = philly.simulate(part, vc, "ferry", nodes=nodes, las=True,
-                                           cycle_when_due=cycle_when_due).metrics
-                lines.append(f"{'':>14} {las_verdict(with_las, cell['volcano'], cell.get('fifo'))}")
+            if with_las:
+                lines.append(f"{'':>14} {las_verdict(next(done)[0].metrics, cell['volcano'], cell.get('fifo'))}")
                 las_failures += "MISS" in lines[-1]
                 print(lines[-1], flush=True)
     lines.append(f"cells where ferry misses a check: {failures} of {len(slices) * len(MATRIX_NODES)}"
@@ -106,21 +149,23 @@ HELD_OUT_WINDOWS = (  # (first day, jobs, nodes)
 
 def held_out(jobs: list[philly.TraceJob], vc: dict[str, int], cycle_when_due: bool = True,
              sizes: dict[int, tuple[int, ...]] = HELD_OUT_SIZES,
-             windows: tuple[tuple[str, int, int], ...] = HELD_OUT_WINDOWS) -> list[str]:
+             windows: tuple[tuple[str, int, int], ...] = HELD_OUT_WINDOWS, workers: int = 1) -> list[str]:
     """The ferry and volcano presets on every held-out slice (``sizes``: month -> cluster sizes;
-    ``windows``), each checked as a matrix cell is (:func:`cell_misses`); returns the lines printed, the
-    last one the count of slices missed."""
+    ``windows``), each checked as a matrix cell is (:func:`cell_misses`), ``workers`` replays at a time;
+    returns the lines printed, the last one the count of slices missed."""
     slices: list[tuple[str, list[philly.TraceJob], int]] = [
         (f"{calendar.month_abbr[month]} x{nodes}", philly.in_month(jobs, month), nodes)
         for month, nodes_list in sizes.items() for nodes in nodes_list]
     for day, count, nodes in windows:
         start = datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=UTC)
         slices.append((f"{day[5:]} {count} jobs x{nodes}", philly.window(jobs, start, count), nodes))
+    policies = ("ferry", "volcano")
+    done = replays([Replay(part, vc, policy, nodes, {"cycle_when_due": cycle_when_due})
+                    for _, part, nodes in slices for policy in policies], workers)
     lines = ["", "held out: ferry | volcano: avg/p99 wait s, util %, Jain"]
     failures = 0
-    for label, part, nodes in slices:
-        cell = {policy: philly.simulate(part, vc, policy, nodes=nodes, cycle_when_due=cycle_when_due).metrics
-                for policy in ("ferry", "volcano")}
+    for label, _, _ in slices:
+        cell = {policy: next(done)[0].metrics for policy in policies}
         row = " | ".join(f"{p} {_f(m['avg_wait_s']):>7} {_f(m['p99_wait_s']):>8} {_f(m['gpu_utilization']):>6} "
                          f"{_f(m['jain_fairness']):>6}" for p, m in cell.items())
         misses = cell_misses(cell["ferry"], cell["volcano"])
@@ -149,22 +194,29 @@ def main() -> None:
     parser.add_argument("--held-out", action="store_true", help="instead of the headline and the matrix, the "
                         "slices no rule was shaped on (other cluster sizes, windows of other days), ferry against "
                         "the volcano preset with the matrix's checks")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="replays run at a time, each in "
+                        "its own process (default: one per core); the figures do not depend on it")
     parser.add_argument("--event-only", action="store_true", help="cycle only on arrivals and completions, not "
                         "also when a rule that waits for time falls due as the service does (faster, less faithful)")
     args = parser.parse_args()
     problems = Problems([])
     jobs = philly.load_jobs(args.traces / "philly_2017-09_10.csv", problems)
     vc = philly.load_vc_nodes(args.traces / "philly_vc_nodes.csv", problems)
+    if args.workers < 1:
+        parser.error(f"--workers must be at least 1, got {args.workers}")
+    options = {"cycle_when_due": not args.event_only}
     if args.held_out:
-        print(held_out(jobs, vc, cycle_when_due=not args.event_only)[-1])
+        print(held_out(jobs, vc, cycle_when_due=not args.event_only, workers=args.workers)[-1])
         return
     args.plots.mkdir(parents=True, exist_ok=True)
+    policies = args.policies.split(",")
+    calls = [Replay(jobs, vc, policy, options=options, progress=True) for policy in policies]
+    if "ferry" in policies:
+        calls.append(Replay(jobs, vc, "ferry", options={**options, "departments": DEPARTMENTS}))
+    done = replays(calls, args.workers)
     rows = []
-    for policy in args.policies.split(","):
-        t0 = time.monotonic()
-        res = philly.simulate(jobs, vc, policy, progress=lambda s: print(f"  {s}", flush=True),
-                              cycle_when_due=not args.event_only)
-        wall = time.monotonic() - t0
+    for policy in policies:
+        res, wall = next(done)
         from scheduler.sim.plot import plot_philly
 
         plot_philly(res, args.plots / f"philly-{policy}.png")
@@ -178,17 +230,17 @@ def main() -> None:
     for policy, m, _ in rows:
         if m["evictions_by_rule"]:
             print(f"{policy} {philly.eviction_costs(m['evictions_by_rule'])}")
-    if "ferry" in args.policies.split(","):
+    if "ferry" in policies:
         flat = next(m for p, m, _ in rows if p == "ferry")
-        tree = philly.simulate(jobs, vc, "ferry", departments=DEPARTMENTS, cycle_when_due=not args.event_only).metrics
+        tree = next(done)[0].metrics
         print(f"\nferry with the VCs as teams of {DEPARTMENTS} departments (largest first, dealt in turn): "
               f"avg {tree['avg_wait_s']} s ({_change(tree['avg_wait_s'], flat['avg_wait_s'])} against flat queues), "
               f"p99 {tree['p99_wait_s']} s ({_change(tree['p99_wait_s'], flat['p99_wait_s'])}), "
               f"Jain teams {tree['jain_fairness']}, departments {tree['jain_departments']}, "
               f"utilisation {tree['gpu_utilization']} %", flush=True)
     if not args.no_matrix:
-        for line in matrix(jobs, vc, args.policies.split(","), las=not args.no_las,
-                           cycle_when_due=not args.event_only)[-1:]:
+        for line in matrix(jobs, vc, policies, las=not args.no_las, cycle_when_due=not args.event_only,
+                           workers=args.workers)[-1:]:
             print(line)
 
 

@@ -306,6 +306,9 @@ def test_held_out_slices_are_checked_and_counted(tmp_path: Path) -> None:
     assert [line.split()[:2] for line in lines[2:5]] == [["Jan", "x1"], ["Feb", "x1"], ["02-01", "5"]]
     assert lines[2].endswith("MISS jain") and lines[3].endswith("ok") and lines[4].endswith("ok")
     assert lines[-1] == "held-out slices where ferry misses a check: 1 of 3" and len(lines) == 6
+    # replays in worker processes, several at a time: the same lines in the same order
+    assert held_out(jobs, {"a": 1, "b": 1}, sizes={1: (1,), 2: (1,)}, windows=(("1970-02-01", 5, 1),),
+                    workers=2) == lines
 
 
 def test_philly_cycles_when_a_rule_falls_due_not_only_on_the_next_event() -> None:
