@@ -45,11 +45,6 @@ class Replay:
     progress: bool = False  # print the replay's progress lines
 
 
-def _replay(call: Replay) -> philly.PhillyResult:
-    progress = (lambda s: print(f"  {s}", flush=True)) if call.progress else None
-    return philly.simulate(call.jobs, call.vc, call.policy, nodes=call.nodes, progress=progress, **call.options)
-
-
 def replays(calls: list[Replay], workers: int) -> Iterator[tuple[philly.PhillyResult, float]]:
     """Each call's result and wall seconds, in the calls' order, ``workers`` replays at a time. A replay is
     single-threaded and deterministic, so running several at once changes how long the whole takes, not a
@@ -63,8 +58,9 @@ def replays(calls: list[Replay], workers: int) -> Iterator[tuple[philly.PhillyRe
 
 
 def _timed(call: Replay) -> tuple[philly.PhillyResult, float]:
+    progress = (lambda s: print(f"  {s}", flush=True)) if call.progress else None
     t0 = time.monotonic()
-    res = _replay(call)
+    res = philly.simulate(call.jobs, call.vc, call.policy, nodes=call.nodes, progress=progress, **call.options)
     return res, time.monotonic() - t0
 
 
@@ -199,11 +195,11 @@ def main() -> None:
     parser.add_argument("--event-only", action="store_true", help="cycle only on arrivals and completions, not "
                         "also when a rule that waits for time falls due as the service does (faster, less faithful)")
     args = parser.parse_args()
+    if args.workers < 1:
+        parser.error(f"--workers must be at least 1, got {args.workers}")
     problems = Problems([])
     jobs = philly.load_jobs(args.traces / "philly_2017-09_10.csv", problems)
     vc = philly.load_vc_nodes(args.traces / "philly_vc_nodes.csv", problems)
-    if args.workers < 1:
-        parser.error(f"--workers must be at least 1, got {args.workers}")
     options = {"cycle_when_due": not args.event_only}
     if args.held_out:
         print(held_out(jobs, vc, cycle_when_due=not args.event_only, workers=args.workers)[-1])
