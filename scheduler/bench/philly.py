@@ -64,6 +64,16 @@ def _timed(call: Replay) -> tuple[philly.PhillyResult, float]:
     return res, time.monotonic() - t0
 
 
+def _row(cell: dict[str, dict[str, Any]]) -> str:
+    """Each policy's avg and p99 wait, utilisation and Jain on one slice."""
+    return " | ".join(f"{p} {_f(m['avg_wait_s']):>7} {_f(m['p99_wait_s']):>8} {_f(m['gpu_utilization']):>6} "
+                      f"{_f(m['jain_fairness']):>6}" for p, m in cell.items())
+
+
+def _verdict(misses: list[str]) -> str:
+    return "ok" if not misses else "MISS " + ",".join(misses)
+
+
 def cell_misses(ferry: dict[str, Any], volcano: dict[str, Any]) -> list[str]:
     """The checks ferry must pass on every slice of a trace and cluster size (issue 11): avg and p99 wait
     at most the volcano preset's, utilisation at least the volcano preset's minus 0.5 point, Jain at least
@@ -89,7 +99,7 @@ def las_verdict(las: dict[str, float], volcano: dict[str, float], fifo: dict[str
             f"{_f(las['jain_fairness']):>6} avg {ratio} volcano (before first runs {first}), "
             f"big p99 {las['big_jobs_p99_wait_s']}, "
             f"{las['preemptions']} preemptions, {las['wasted_gpu_s']:.0f} GPU-s lost  "
-            + ("ok" if not misses else "MISS " + ",".join(misses)))
+            + _verdict(misses))
 
 
 def matrix(jobs: list[philly.TraceJob], vc: dict[str, int], policies: list[str], las: bool = True,
@@ -101,8 +111,8 @@ def matrix(jobs: list[philly.TraceJob], vc: dict[str, int], policies: list[str],
     slices = {"Sep": philly.in_month(jobs, 9), "Oct": philly.in_month(jobs, 10), "Sep-Oct": jobs}
     with_las = las and "volcano" in policies
     options = {"cycle_when_due": cycle_when_due}
-    calls = []
-    for part in (part for part in slices.values() if part):
+    calls: list[Replay] = []
+    for part in filter(None, slices.values()):  # an empty slice is reported, not replayed
         for nodes in MATRIX_NODES:
             calls += [Replay(part, vc, policy, nodes, options) for policy in policies]
             calls += [Replay(part, vc, "ferry", nodes, {**options, "las": True})] if with_las else []
@@ -116,12 +126,11 @@ def matrix(jobs: list[philly.TraceJob], vc: dict[str, int], policies: list[str],
                 print(lines[-1], flush=True)
                 continue
             cell = {policy: next(done)[0].metrics for policy in policies}
-            row = " | ".join(f"{p} {_f(m['avg_wait_s']):>7} {_f(m['p99_wait_s']):>8} {_f(m['gpu_utilization']):>6} "
-                             f"{_f(m['jain_fairness']):>6}" for p, m in cell.items())
+            row = _row(cell)
             verdict = ""
             if "ferry" in cell and "volcano" in cell:
                 misses = cell_misses(cell["ferry"], cell["volcano"])
-                verdict = "ok" if not misses else "MISS " + ",".join(misses)
+                verdict = _verdict(misses)
                 failures += bool(misses)
             lines.append(f"{label:>8} x{nodes:<4} {row}  {verdict}")
             print(lines[-1], flush=True)
@@ -162,11 +171,10 @@ def held_out(jobs: list[philly.TraceJob], vc: dict[str, int], cycle_when_due: bo
     failures = 0
     for label, _, _ in slices:
         cell = {policy: next(done)[0].metrics for policy in policies}
-        row = " | ".join(f"{p} {_f(m['avg_wait_s']):>7} {_f(m['p99_wait_s']):>8} {_f(m['gpu_utilization']):>6} "
-                         f"{_f(m['jain_fairness']):>6}" for p, m in cell.items())
+        row = _row(cell)
         misses = cell_misses(cell["ferry"], cell["volcano"])
         failures += bool(misses)
-        lines.append(f"{label:>22} {row}  " + ("ok" if not misses else "MISS " + ",".join(misses)))
+        lines.append(f"{label:>22} {row}  {_verdict(misses)}")
         print(lines[-1], flush=True)
     lines.append(f"held-out slices where ferry misses a check: {failures} of {len(slices)}")
     return lines
