@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -364,9 +364,11 @@ class Scheduler:
         for name in self._slot:
             yield self.cluster.jobs[name]
 
-    def head(self, tier: int, queue: str, skip_shapes: set[ShapeKey],
-             tried: set[str]) -> tuple[OrderKey, str, ShapeKey] | None:
-        """The first job of ``queue`` in order, over its shapes (each shape's list is sorted)."""
+    def head(self, tier: int, queue: str, skip_shapes: set[ShapeKey], tried: set[str],
+             holders: Iterable[str] = ()) -> tuple[OrderKey, str, ShapeKey] | None:
+        """The first job of ``queue`` in order, over its shapes (each shape's list is sorted). A shape passed
+        over (a job of it did not fit) still yields its ``holders``, jobs of the queue that hold nodes: a
+        holder may start on its own held nodes, which every other job of its shape must keep off."""
         best: tuple[OrderKey, str, ShapeKey] | None = None
         for shape, group in self.pending[tier].get(queue, {}).items():
             if shape in skip_shapes:
@@ -377,6 +379,11 @@ class Scheduler:
                 if best is None or key < best[0]:
                     best = (key, name, shape)
                 break
+        for name in holders:
+            slot = self._slot.get(name)  # None once it started
+            if (slot is not None and slot[0] == tier and slot[2] in skip_shapes and name not in tried
+                    and (best is None or slot[3] < best[0])):
+                best = (slot[3], name, slot[2])
         return best
 
     # ------------------------------------------------------------ job events

@@ -591,3 +591,27 @@ def test_a_growing_hold_never_takes_a_node_draining_for_another_waiting_gang() -
     s.cycle(300)  # both holds double: the older gang wants all six nodes
     assert drained in c.jobs["younger"].reserved_nodes
     assert set(c.jobs["older"].reserved_nodes) == {n for n in c.nodes if n not in younger}
+
+
+def test_a_preemptor_starts_on_its_freed_nodes_though_an_older_job_of_its_shape_fits_nowhere() -> None:
+    # Found in the Philly replay (Sep x 104): a preemptor's victim had left, the node held for it stood empty,
+    # yet it did not start for minutes. An older job of its queue and shape came first in the shape's order,
+    # did not fit (it must keep off the held node), and the whole shape was passed over for the cycle, so the
+    # holder was never tried, and jobs that could have used the empty node waited out their delays.
+    c = cluster([node("n1", 8), node("n2", 8)], [queue("a", 8, delay=100, grace=30), queue("b")])
+    s = scheduler(c, reservation_after_s=None, starvation_preempt_after_s=None)
+    s.submit(gang("b1", "b", 1, 8))
+    s.submit(gang("b2", "b", 1, 8))
+    s.cycle(0)
+    s.submit(gang("young", "a", 1, 4, submit=1))
+    s.cycle(1)
+    noticed = s.cycle(101).of(NotifyWillEvict)
+    assert len(noticed) == 1 and c.jobs["young"].phase is JobPhase.PRIVILEGED
+    victim = noticed[0].job  # type: ignore[union-attr]
+    # an older job of the same shape, ahead of the preemptor in its queue's order, whose delay is still running
+    s.submit(gang("old", "a", 1, 4, submit=120, priority=1))
+    s.cycle(120)
+    assert s.cycle(131).of(Evict) and c.jobs[victim].phase is not JobPhase.WILL_EVICT
+    s.cycle(132)
+    assert c.jobs["young"].phase is JobPhase.RUNNING, c.jobs["young"].reason
+    assert c.jobs["old"].phase is JobPhase.RUNNING  # the other half of the freed node, once the hold ended

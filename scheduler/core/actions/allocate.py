@@ -37,6 +37,9 @@ class Allocate(Action):
         passed = ssn.result.passed_over
         tried: set[str] = set()
         unfit_jobs: list[Job] = []  # failed this cycle: a smaller job starting after them bypasses them
+        holding: dict[str, list[str]] = defaultdict(list)  # each queue's jobs that hold nodes
+        for name in sched.reserved:
+            holding[sched.cluster.jobs[name].queue].append(name)
         heap = [(fw.queue_key(queues[q], tier), q) for q in pending]
         heapq.heapify(heap)
         while heap:
@@ -45,7 +48,7 @@ class Allocate(Action):
             if key != fw.queue_key(queue, tier):
                 heapq.heappush(heap, (fw.queue_key(queue, tier), qname))
                 continue
-            head = sched.head(tier, qname, skip[qname], tried)
+            head = sched.head(tier, qname, skip[qname], tried, holding.get(qname, ()))
             if head is None:
                 continue
             _, name, shape = head
