@@ -615,3 +615,16 @@ def test_a_preemptor_starts_on_its_freed_nodes_though_an_older_job_of_its_shape_
     s.cycle(132)
     assert c.jobs["young"].phase is JobPhase.RUNNING, c.jobs["young"].reason
     assert c.jobs["old"].phase is JobPhase.RUNNING  # the other half of the freed node, once the hold ended
+
+
+def test_a_holder_its_queue_maximum_blocks_is_looked_at_once_a_cycle() -> None:
+    # a holder is looked at even when its shape was passed over; one that its queue's maximum refuses must
+    # then count as tried, or the cycle would offer it again and again (it never ended)
+    c, s = passed_big_gang(NO_LOANS)
+    s.cycle(200)
+    assert c.jobs["big"].reserved_nodes
+    c.queues["default"].max_gpu = c.queues["default"].allocated_gpu  # nothing more may start
+    s.submit(gang("other", "default", 1, 1, submit=201))
+    res = s.cycle(201)
+    assert c.jobs["big"].phase is JobPhase.PENDING and c.jobs["big"].reserved_nodes
+    assert "would exceed its maximum" in res.pending_reasons["other"]

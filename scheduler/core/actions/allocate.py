@@ -99,6 +99,8 @@ class Allocate(Action):
                                f"grace period ({', '.join(victims[:3])}{', ...' if len(victims) > 3 else ''})")
             else:
                 skip[qname].add(shape)
+                if own:  # head offers holders of a passed-over shape: once a cycle
+                    tried.add(name)
                 passed[(tier, qname, shape)] = why.partition(" (")[0]  # the queue's limit, not its live counts
             if placed is not None:
                 note = (f"on loan on node(s) held for {', '.join(job.on_loan_from)}: it will be asked to leave, "
