@@ -226,6 +226,9 @@ class Job:
     bypassed: bool = False  # a smaller job started while this one could not: backfill may starve it
     allocated: int = 0  # GPU milli of its bound replicas, kept by the placer
     preempt_retry_at: float = float("-inf")
+    # what its last victim search concluded: said with its reason until the next search, so that the
+    # explanation a user reads does not change between searches (each change is a write and an Event)
+    search_verdict: str = ""
     _tasks_cache: dict[str, Task] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:

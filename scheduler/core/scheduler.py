@@ -296,6 +296,7 @@ class Scheduler:
         job.promoted_at = _later(job.promoted_at, old.promoted_at)
         if not old.phase.terminal:
             job.bypassed, job.preempt_retry_at = old.bypassed, old.preempt_retry_at
+            job.search_verdict = old.search_verdict
             job.waiting_since = old.waiting_since
             job.on_loan_from = old.on_loan_from
             if old.start_time is not None and (job.start_time is None or old.start_time < job.start_time):

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
 from scheduler.core.decisions import Bind, CancelEviction, Evict, NotifyWillEvict, Shrink
 from scheduler.core.model import JobPhase, ReplicaPhase, Tier
-from scheduler.core.scheduler import PRESETS
+from scheduler.core.scheduler import PRESETS, Scheduler
 from tests.unit.core_helpers import NO_LOANS, cluster, gang, node, passed_big_gang, queue, scheduler
 
 
@@ -628,3 +629,37 @@ def test_a_holder_its_queue_maximum_blocks_is_looked_at_once_a_cycle() -> None:
     res = s.cycle(201)
     assert c.jobs["big"].phase is JobPhase.PENDING and c.jobs["big"].reserved_nodes
     assert "would exceed its maximum" in res.pending_reasons["other"]
+
+
+def _waiting_gang_no_eviction_can_start() -> tuple[Scheduler, float]:
+    """Three 8-GPU nodes: a1 (8 GPUs) and a3 (6) of queue a, b1 (4) borrowed by queue b. At t=2 a2, a
+    gang of two 8-GPU pods of queue a (within its guarantee), waits and b2 (2 GPUs) passes it. Evicting
+    all of b would free one node, not two: every victim search ends in 'it cannot start'."""
+    c = cluster([node("n1"), node("n2"), node("n3")], [queue("a", 32), queue("b")])
+    s = scheduler(c, reservation_after_s=100.0, plugins=NO_LOANS)
+    for name, q, gpus in (("a1", "a", 8), ("a3", "a", 6), ("b1", "b", 4)):
+        s.submit(gang(name, q, 1, gpus))
+    s.cycle(0)
+    s.submit(gang("a2", "a", 2, 8, submit=1))
+    s.submit(gang("b2", "b", 1, 2, submit=2))
+    s.cycle(2)
+    assert c.jobs["b2"].phase is JobPhase.RUNNING and c.jobs["a2"].phase is JobPhase.PENDING
+    return s, s.config.preemption_retry_s
+
+
+@pytest.mark.parametrize("start", [3.0, 110.0], ids=["waiting", "holding nodes"])
+def test_a_waiting_jobs_explanation_does_not_change_between_victim_searches(start: float) -> None:
+    # Each change of a waiting job's reason is a status write and an Event. The verdict of a victim search
+    # (every preemption_retry_s) used to be said only in the cycle of the search, and in a search cycle
+    # replaced a hold's statement: a starving gang's reason flipped twice a search for as long as it waited
+    # (97 times for one gang in the Philly replay at Sep x 104).
+    s, retry = _waiting_gang_no_eviction_can_start()
+    said = set()
+    t = start
+    while t < start + 3 * retry:
+        reason = s.reasons(s.cycle(t))["a2"]
+        said.add(re.sub(r"\d+", "#", reason))
+        t += 1.0
+    assert len(said) == 1, said
+    assert "it cannot start even if every job it may preempt were evicted" in reason
+    assert ("holding node(s)" in reason) is (start >= 100.0), reason

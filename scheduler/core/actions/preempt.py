@@ -41,8 +41,7 @@ class Preempt(Action):
         attempts = 0  # queue and tier: built when a search first needs it (most cycles none does)
         for _, _, _, name in sorted(candidates):
             if attempts >= cfg.preemption_attempts:
-                ssn.result.cut_short = True
-                return
+                ssn.result.cut_short = True  # the rest are searched next cycle; they are still told why they wait
             job = jobs[name]
             if job.phase is not JobPhase.PENDING:
                 continue
@@ -51,8 +50,11 @@ class Preempt(Action):
                 _verdict(job, ssn, f"waiting up to {queue.preemptor_delay_s:g} s for free capacity before "
                          "preempting lower-priority or borrowed jobs (where its queue may)")
                 continue
-            if now < job.preempt_retry_at:
+            if now < job.preempt_retry_at or attempts >= cfg.preemption_attempts:
+                if job.search_verdict:  # not searched this cycle: what the last search concluded stands
+                    _verdict(job, ssn, job.search_verdict)
                 continue
+            job.search_verdict = ""
             ssn.refresh_claims()
             if running is None:
                 running = defaultdict(list)
@@ -103,7 +105,8 @@ class Preempt(Action):
             if not fits:
                 for victim in chosen:
                     st.restore(victim)
-                _verdict(job, ssn, "it cannot start even if every job it may preempt were evicted")
+                job.search_verdict = "it cannot start even if every job it may preempt were evicted"
+                _verdict(job, ssn, job.search_verdict)
                 return False
             fewest(st, job, gang, excluded, chosen, lambda v: -work_lost(v, now))  # most expensive dropped first
             trial = st.fits(job, gang, excluded)
@@ -147,7 +150,10 @@ class Preempt(Action):
 
 
 def _verdict(job: Job, ssn: Session, words: str) -> None:
-    """What the search concluded joins why the job did not fit this cycle (allocate's words, never a
-    verdict of an earlier cycle): that is what its user can act on."""
-    said = ssn.result.pending_reasons.get(job.name)
+    """What the search concluded joins why the job did not fit this cycle: allocate's words, or for a job
+    holding nodes the hold's (``reserve``'s, said every cycle), never a verdict of an earlier cycle. That
+    is what its user can act on."""
+    said = job.reason if job.reserved_nodes else ssn.result.pending_reasons.get(job.name)
+    if said and said.endswith(words):  # said already (reserve ran after an earlier search this cycle)
+        return
     job.reason = f"{said}; {words}" if said else words
