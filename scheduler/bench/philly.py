@@ -21,8 +21,8 @@ from scheduler.sim import philly
 from scheduler.sim.traces import TRACES, Problems
 
 KEYS = ("avg_wait_s", "avg_first_wait_s", "p50_wait_s", "p99_wait_s", "max_wait_s", "avg_jct_s", "gpu_utilization",
-        "jain_fairness", "jain_daily_mean", "jain_daily_min", "preemptions", "wasted_gpu_s", "big_jobs_p99_wait_s",
-        "node_imbalance_pct")
+        "jain_fairness", "jain_daily_mean", "jain_daily_min", "preemptions", "notices_withdrawn",
+        "most_notices_one_run", "wasted_gpu_s", "big_jobs_p99_wait_s", "node_imbalance_pct")
 
 
 MATRIX_NODES = (88, 96, 112)

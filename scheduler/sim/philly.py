@@ -13,7 +13,7 @@ import dataclasses
 import heapq
 import math
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.core.balance import node_imbalance
-from scheduler.core.decisions import Decision, Evict, JobStatus, NotifyWillEvict
+from scheduler.core.decisions import CancelEviction, Decision, Evict, JobStatus, NotifyWillEvict
 from scheduler.core.fairshare import water_fill
 from scheduler.core.model import Cluster, Device, Job, JobPhase, Node, Queue, Request, Task
 from scheduler.core.scheduler import CYCLE_PERIOD_S, Scheduler, SchedulerConfig
@@ -282,6 +282,8 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
     imbalance_s = 0.0  # its integral over time
     last_t = 0.0
     preemptions = 0
+    notices: Counter[str] = Counter()  # notices to leave given to each run, evicted or withdrawn
+    withdrawn = 0
     by_rule: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])  # rule -> [evictions, new runs' waits]
     wasted = 0.0
     done = 0
@@ -367,6 +369,9 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
             elif isinstance(d, NotifyWillEvict):
                 lj = live[d.job.rsplit(".", 1)[0]]
                 lj.notice, lj.rule = now, d.rule
+                notices[d.job] += 1
+            elif isinstance(d, CancelEviction):
+                withdrawn += 1
             elif isinstance(d, Evict):
                 name, inc_s = d.job.rsplit(".", 1)
                 lj = live[name]
@@ -434,6 +439,10 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
                                      "per_job_s": round(w / total, 2) if total else 0.0}
                               for rule, (n, w) in sorted(by_rule.items(), key=lambda kv: -kv[1][1])},
         "wasted_gpu_s": round(wasted, 1),
+        # notices to checkpoint and leave that were withdrawn (the preemptor started elsewhere first): free
+        # here, but each is a checkpoint a real job makes for nothing; and the most one run was given
+        "notices_withdrawn": withdrawn,
+        "most_notices_one_run": max(notices.values(), default=0),
         "big_jobs_p99_wait_s": round(percentile(big_waits, 99), 1) if big_waits else None,
         "tenants": {
             t: {**summary(s.waits, s.jcts, s.first_waits), "jobs": len(s.waits),

@@ -142,7 +142,7 @@ def test_simulate_cli_prints_json(tmp_path: Path) -> None:
                          capture_output=True, text=True, check=True)
     data = json.loads(out.stdout)
     for key in ("avg_wait_s", "p50_wait_s", "p99_wait_s", "max_wait_s", "avg_jct_s", "gpu_utilization",
-                "jain_fairness", "preemptions", "wasted_gpu_s", "tenants"):
+                "jain_fairness", "preemptions", "notices_withdrawn", "most_notices_one_run", "wasted_gpu_s", "tenants"):
         assert key in data
     assert data["jobs"] == 2
     assert data["bad_rows"] == 1
@@ -323,3 +323,15 @@ def test_philly_cycles_when_a_rule_falls_due_not_only_on_the_next_event() -> Non
     assert due["wasted_gpu_s"] < late["wasted_gpu_s"]  # the victim stopped at its deadline
     # b's jobs started at once; the victim's new run waited again, which only the wait over all runs counts
     assert due["tenants"]["b"]["avg_first_wait_s"] == 0.0 < due["tenants"]["b"]["avg_wait_s"]
+
+
+def test_philly_counts_notices_withdrawn_when_the_preemptor_starts_elsewhere() -> None:
+    # b borrows both nodes; a's job (its VC is the whole cluster) reclaims after the tenants' 300 s and
+    # notifies b's younger job (least work lost), whose 60 s grace outlasts b's other job: that one ends
+    # first, a starts on its node, and the notice is withdrawn; nobody is evicted
+    jobs = _jobs([(0, 320, 8, "b"), (1, 10_000, 8, "b"), (10, 100, 8, "a")])
+    res = philly.simulate(jobs, {"a": 2}, "ferry", nodes=2, gpus_per_node=8).metrics
+    assert res["notices_withdrawn"] == 1 and res["most_notices_one_run"] == 1
+    assert res["preemptions"] == 0
+    quiet = philly.simulate(jobs, {"a": 2}, "volcano", nodes=2, gpus_per_node=8).metrics
+    assert quiet["notices_withdrawn"] == 0 and quiet["most_notices_one_run"] == 0
