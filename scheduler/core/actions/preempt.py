@@ -65,8 +65,6 @@ class Preempt(Action):
                     for v in running.get((q, tier), ()) if fw.victim_reason(job, v, ssn)]
             if not pool:
                 job.preempt_retry_at = now + cfg.preemption_retry_s
-                job.search_verdict = "no running job may be preempted for it now"
-                _verdict(job, ssn, job.search_verdict)
                 continue
             attempts += 1
             if not self._try(job, pool, ssn):
