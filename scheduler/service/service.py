@@ -13,6 +13,7 @@ something it reads changed (not on every pod status update), or after at most on
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
 import re
 import time
@@ -116,6 +117,7 @@ class SchedulerService:
         self.assumed: dict[str, tuple[str, tuple[int, ...], float]] = {}
         # job -> (PodGroup UID, reason, message, when) last written: Events are not repeated
         self._said: dict[str, tuple[str, str, str, float]] = {}
+        self._event_counts: dict[str, dict[str, int]] = {}  # job -> its pods' repeated Events -> count written
         self._queue_status: dict[str, dict[str, Any]] = {}  # Queue UID -> the status last written
         self._usage_recorded: dict[str, tuple[float, Obj]] = {}  # Queue UID -> (when, the usage put in its status)
         self._reported_at = -math.inf  # when Queue status and the gauges were last recounted
@@ -453,6 +455,8 @@ class SchedulerService:
                 writes.append(self._explain(snap, job, reason, message, event))
         for job in [j for j in self._said if j not in snap.pods_of]:  # gone, or ended
             del self._said[job]
+        for job in [j for j in self._event_counts if j not in snap.pods_of]:
+            del self._event_counts[job]
         written = {d.job for d in result.decisions
                    if isinstance(d, JobStatus | NotifyWillEvict | CancelEviction | Evict)} | set(reasons)
         writes += self._sync_groups(snap, written)
@@ -641,23 +645,54 @@ class SchedulerService:
         writes: list[Awaitable[Any]] = []
         if event:
             for pod in snap.pods_of.get(job, {}).values():
-                writes.append(self._event(pod, "Warning", "FailedScheduling" if reason != "Waiting" else "Waiting",
-                                          message))
+                writes.append(self._repeated_event(job, pod, "FailedScheduling" if reason != "Waiting" else "Waiting",
+                                                   message))
         writes.append(self._job_status(snap, job, "Pending", "Scheduled", "False", reason, message))
         await asyncio.gather(*writes)
 
     async def _event(self, obj: Obj, etype: str, reason: str, message: str) -> None:
         meta = obj["metadata"]
-        now = _now_iso()
-        body = {
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {"apiVersion": obj.get("apiVersion", "v1"), "kind": obj.get("kind", "Pod"),
-                               "name": meta["name"], "namespace": meta["namespace"], "uid": meta.get("uid")},
-            "type": etype, "reason": reason, "message": message[:1024],
-            "source": {"component": SCHEDULER_NAME}, "reportingComponent": SCHEDULER_NAME,
-            "reportingInstance": SCHEDULER_NAME, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-        }
+        body = _event_body(obj, etype, reason, message, {"generateName": f"{meta['name']}."})
         await self._guard("event", self.core_api.create_namespaced_event(meta["namespace"], body), meta["namespace"])
+
+    async def _repeated_event(self, job: str, pod: Obj, reason: str, message: str) -> None:
+        """A waiting pod's reason, said again (its numbers aside, or after it said something else), counts up
+        on the Event that first said it, as client-go's recorder does for kube-scheduler: ``kubectl describe``
+        shows "(x12 over 6m)" with the latest numbers, not a screen of near-copies, and a long wait does not
+        leave one more Event every half minute. The name is derived from what it says, so a new leader (with
+        no memory of the counts) finds the same Event."""
+        meta = pod["metadata"]
+        ns = meta["namespace"]
+        said = hashlib.sha256(f"{meta.get('uid')}/{reason}/{_gist(message)}".encode()).hexdigest()[:12]
+        name = f"{meta['name'][:200]}.{said}"
+        body = _event_body(pod, "Warning", reason, message, {"name": name})
+        counts = self._event_counts.setdefault(job, {})
+        again = {"count": 0, "lastTimestamp": body["lastTimestamp"], "message": body["message"]}
+        async with self._writes.slot(ns):
+            try:
+                if name in counts:
+                    again["count"] = counts[name] + 1
+                    try:
+                        await self.core_api.patch_namespaced_event(
+                            name, ns, again, _content_type="application/merge-patch+json")
+                        counts[name] = again["count"]
+                        return
+                    except ApiException as exc:
+                        if exc.status != 404:  # gone: expired (the apiserver's --event-ttl); say it afresh
+                            raise
+                try:
+                    await self.core_api.create_namespaced_event(ns, body)
+                    counts[name] = 1
+                except ApiException as exc:
+                    if exc.status != 409:
+                        raise
+                    had = await self.core_api.read_namespaced_event(name, ns)  # said before this leader's time
+                    again["count"] = (had.count or 1) + 1
+                    await self.core_api.patch_namespaced_event(name, ns, again,
+                                                               _content_type="application/merge-patch+json")
+                    counts[name] = again["count"]
+            except ApiException as exc:
+                log.warning("write failed", what="event", status=exc.status, reason=exc.reason)
 
     async def _job_status(self, snap: Snapshot, job: str, phase: str, ctype: str, status: str, reason: str,
                           message: str, extra: Mapping[str, Any] | None = None) -> None:
@@ -696,6 +731,19 @@ async def _logged(what: str, write: Awaitable[Any]) -> None:
 
 def _uid(obj: Obj | None) -> str:
     return str((obj or {}).get("metadata", {}).get("uid", ""))
+
+
+def _event_body(obj: Obj, etype: str, reason: str, message: str, naming: dict[str, str]) -> Obj:
+    meta = obj["metadata"]
+    now = _now_iso()
+    return {
+        "metadata": {**naming, "namespace": meta["namespace"]},
+        "involvedObject": {"apiVersion": obj.get("apiVersion", "v1"), "kind": obj.get("kind", "Pod"),
+                           "name": meta["name"], "namespace": meta["namespace"], "uid": meta.get("uid")},
+        "type": etype, "reason": reason, "message": message[:1024],
+        "source": {"component": SCHEDULER_NAME}, "reportingComponent": SCHEDULER_NAME,
+        "reportingInstance": SCHEDULER_NAME, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+    }
 
 
 def _gist(message: str) -> str:

@@ -81,6 +81,40 @@ async def test_gang_waits_whole_then_binds_in_one_cycle(
     assert pg["metadata"]["name"] == "train"
 
 
+async def test_a_waiting_pods_reason_said_again_counts_up_on_one_event(
+    ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str, private_node: str
+) -> None:
+    """kubectl describe shows a repeated reason as one Event with a count (as kube-scheduler's do), not a
+    new Event each time the reason comes back."""
+    core = client.CoreV1Api(compute_api)
+    custom = client.CustomObjectsApi(compute_api)
+    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
+    await core.create_namespaced_pod(compute_ns, pod("blocker", compute_ns))
+    await eventually(lambda: _node_of(core, compute_ns, "blocker"), timeout=30, what="blocker bound")
+    await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": "train"},
+        "spec": {"minMember": 8}})
+    for i in range(8):
+        await core.create_namespaced_pod(compute_ns, pod(f"train-{i}", compute_ns, group="train"))
+
+    async def said(text: str, times: int) -> list[Any] | None:
+        events = (await core.list_namespaced_event(compute_ns, field_selector="involvedObject.name=train-0")).items
+        told = [e for e in events if e.reason == "FailedScheduling"]
+        return told if any(text in e.message and (e.count or 1) >= times for e in told) else None
+
+    await eventually(lambda: said("waiting for capacity", 1), timeout=30, what="train-0 told it waits for capacity")
+    await core.patch_node(private_node, {"spec": {"unschedulable": True}})
+    try:
+        await eventually(lambda: said("cordoned", 1), timeout=30, what="train-0 told its node is cordoned")
+    finally:
+        await core.patch_node(private_node, {"spec": {"unschedulable": False}})
+    told = await eventually(lambda: said("waiting for capacity", 2), timeout=30, what="capacity said again")
+    assert sorted((e.message.split(":")[0], e.count) for e in told) == [
+        ("waiting for a node", 1), ("waiting for capacity", 2)], [(e.message, e.count) for e in told]
+    again = next(e for e in told if e.count == 2)
+    assert again.last_timestamp >= again.first_timestamp
+
+
 async def test_a_gang_starts_only_after_its_dependency_succeeded_and_a_failed_one_is_reported(
     ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str, private_node: str
 ) -> None:

@@ -255,7 +255,7 @@ async def test_compute_events_reach_the_tenant_pod_in_compute_order_even_before_
 
     compute_core = client.CoreV1Api(compute_api)
     await compute_core.create_namespaced_event("tenant-1", said("said second", "2026-01-01T00:00:02Z"))
-    await compute_core.create_namespaced_event("tenant-1", said("said first", "2026-01-01T00:00:01Z"))
+    first = await compute_core.create_namespaced_event("tenant-1", said("said first", "2026-01-01T00:00:01Z"))
     await core.create_namespaced_pod(tenant_ns, tenant_pod("early", automountServiceAccountToken=False))
 
     async def both() -> list[Any] | None:
@@ -265,6 +265,17 @@ async def test_compute_events_reach_the_tenant_pod_in_compute_order_even_before_
     evs = await eventually(both, timeout=30, what="both compute Events on the tenant pod")
     times = {e.message: e.last_timestamp.strftime("%Y-%m-%dT%H:%M:%SZ") for e in evs}
     assert times == {"said first": "2026-01-01T00:00:01Z", "said second": "2026-01-01T00:00:02Z"}
+    # said again (the scheduler counts a repeated reason up on one Event): the tenant's copy counts up too
+    await compute_core.patch_namespaced_event(first.metadata.name, "tenant-1", {
+        "count": 3, "lastTimestamp": "2026-01-01T00:00:03Z", "message": "said first, and again"},
+        _content_type="application/merge-patch+json")
+
+    async def counted() -> list[Any] | None:
+        evs = [e for e in await _events(core, tenant_ns, "early", "FailedScheduling") if e.message.startswith("said")]
+        return evs if any(e.count == 3 for e in evs) else None
+
+    evs = await eventually(counted, timeout=30, what="the repeat counted on the tenant pod")
+    assert sorted((e.message, e.count) for e in evs) == [("said first, and again", 3), ("said second", 1)]
 
 
 async def test_preempted_compute_pod_fails_upstream_and_is_not_recreated(
