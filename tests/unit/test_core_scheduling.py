@@ -663,3 +663,31 @@ def test_a_waiting_jobs_explanation_does_not_change_between_victim_searches(star
     assert len(said) == 1, said
     assert "it cannot start even if every job it may preempt were evicted" in reason
     assert ("holding node(s)" in reason) is (start >= 100.0), reason
+
+
+def test_a_job_with_no_job_it_may_preempt_is_told_so_until_its_next_search() -> None:
+    # its own queue's guaranteed job is no victim for it: past its delay it is told why it does not preempt
+    # (it used to be told nothing), in every cycle, not only in those of a search
+    c = cluster([node("n1", 2)], [queue("a", 2)])
+    s = scheduler(c, reservation_after_s=None, starvation_preempt_after_s=None)
+    s.submit(gang("running", "a", 2, 1))
+    s.cycle(0)
+    s.submit(gang("g", "a", 1, 1, submit=1))
+    said = {s.reasons(s.cycle(t))["g"] for t in (1.0, 2.0, 20.0, 31.0, 32.0)}
+    assert len(said) == 1, said
+    assert said.pop().endswith("; no running job may be preempted for it now")
+
+
+def test_a_job_only_a_cordoned_node_could_hold_is_told_nothing_about_preempting() -> None:
+    # capacity would not help it: neither the preemptor delay nor a victim search is worth a word
+    c = cluster([node("n1", 4), node("n2", 2)], [queue("a", 4), queue("b", 2)])
+    c.nodes["n1"].schedulable = False
+    s = scheduler(c, reservation_after_s=None, starvation_preempt_after_s=None)
+    s.node_changed("n1")
+    s.submit(gang("borrower", "b", 2, 1))
+    s.cycle(0)
+    s.submit(gang("wide", "a", 1, 4, submit=1))
+    for t in (1.0, 400.0, 800.0):
+        reason = s.reasons(s.cycle(t))["wide"]
+        assert reason.startswith("waiting for a node: no node has 4 GPUs"), reason
+        assert "preempt" not in reason, reason

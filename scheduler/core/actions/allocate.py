@@ -12,6 +12,8 @@ from scheduler.core.framework import Action, Session, ShapeKey
 from scheduler.core.model import Job, JobPhase, Node, Request, Tier
 from scheduler.core.placement import Placement
 
+WAITING_FOR_CAPACITY = "waiting for capacity"  # how a reason begins when capacity is what the job lacks
+
 
 class Allocate(Action):
     name = "allocate"
@@ -183,7 +185,7 @@ class Allocate(Action):
         gpus = sum(r.gpu_total for r in need) / 1000
         biggest = max((r.gpus for r in need), default=0)
         largest = self.sched.placer.max_free_whole()
-        msg = (f"waiting for capacity: gang of {len(need)} replica(s) needs {gpus:g} GPUs all at once "
+        msg = (f"{WAITING_FOR_CAPACITY}: gang of {len(need)} replica(s) needs {gpus:g} GPUs all at once "
                f"(largest replica {biggest} GPU(s) on one node; largest free block now {largest})")
         if reservations:
             msg += "; some nodes are held for a longer-waiting job"
@@ -213,4 +215,4 @@ def _like(why: str, queue: str) -> str:
     behind it)."""
     if why.startswith(("cannot be scheduled", "waiting for a node")):
         return why
-    return f"waiting for capacity: an earlier job of queue {queue} with the same request does not fit yet"
+    return f"{WAITING_FOR_CAPACITY}: an earlier job of queue {queue} with the same request does not fit yet"

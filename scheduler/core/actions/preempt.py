@@ -11,6 +11,7 @@ import itertools
 from collections import defaultdict
 from collections.abc import Iterable
 
+from scheduler.core.actions.allocate import WAITING_FOR_CAPACITY
 from scheduler.core.actions.victims import fewest, tell_to_leave, work_lost
 from scheduler.core.decisions import Shrink
 from scheduler.core.framework import Action, OrderKey, Session
@@ -65,6 +66,8 @@ class Preempt(Action):
                     for v in running.get((q, tier), ()) if fw.victim_reason(job, v, ssn)]
             if not pool:
                 job.preempt_retry_at = now + cfg.preemption_retry_s
+                job.search_verdict = "no running job may be preempted for it now"
+                _verdict(job, ssn, job.search_verdict)
                 continue
             attempts += 1
             if not self._try(job, pool, ssn):
@@ -152,8 +155,10 @@ class Preempt(Action):
 def _verdict(job: Job, ssn: Session, words: str) -> None:
     """What the search concluded joins why the job did not fit this cycle: allocate's words, or for a job
     holding nodes the hold's (``reserve``'s, said every cycle), never a verdict of an earlier cycle. That
-    is what its user can act on."""
+    is what its user can act on. A job that waits for something other than capacity (only cordoned nodes
+    could hold it, its queue is at its limit) is told nothing about preempting: it is beside the point."""
     said = job.reason if job.reserved_nodes else ssn.result.pending_reasons.get(job.name)
-    if said and said.endswith(words):  # said already (reserve ran after an earlier search this cycle)
+    if said and (said.endswith(words)  # said already (reserve ran after an earlier search this cycle)
+                 or not (job.reserved_nodes or said.startswith(WAITING_FOR_CAPACITY))):
         return
     job.reason = f"{said}; {words}" if said else words
