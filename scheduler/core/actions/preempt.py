@@ -41,7 +41,8 @@ class Preempt(Action):
         running: dict[tuple[str, int], list[Job]] | None = None  # the jobs that may be victims at all, by
         attempts = 0  # queue and tier: built when a search first needs it (most cycles none does)
         for _, _, _, name in sorted(candidates):
-            if attempts >= cfg.preemption_attempts:
+            capped = attempts >= cfg.preemption_attempts
+            if capped:
                 ssn.result.cut_short = True  # the rest are searched next cycle; they are still told why they wait
             job = jobs[name]
             if job.phase is not JobPhase.PENDING:
@@ -51,7 +52,7 @@ class Preempt(Action):
                 _verdict(job, ssn, f"waiting up to {queue.preemptor_delay_s:g} s for free capacity before "
                          "preempting lower-priority or borrowed jobs (where its queue may)")
                 continue
-            if now < job.preempt_retry_at or attempts >= cfg.preemption_attempts:
+            if now < job.preempt_retry_at or capped:
                 if job.search_verdict:  # not searched this cycle: what the last search concluded stands
                     _verdict(job, ssn, job.search_verdict)
                 continue
