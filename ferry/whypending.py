@@ -42,6 +42,23 @@ HINTS = (
                                 "it counts afresh (when, the message says)"),
     ("fair-over-time: queues borrow", "it would borrow beyond its queue's guarantee, and queues that used fewer GPUs "
                                       "recently borrow first: it starts when GPUs free up that they do not wait for"),
+    ("holding node(s)", "it has waited long, so nodes are held for it: no new job starts there (short ones "
+                        "on loan aside) and it starts once their running jobs finish"),
+    ("no running job may be preempted for it", "no running job may be taken for it now: the others run within "
+                                               "their queues' guarantees or are protected for now (started or "
+                                               "moved recently), or its queue may not reclaim: it starts as "
+                                               "GPUs free up"),
+    ("even if every job it may preempt were evicted", "even evicting every job it may take would not free enough "
+                                                      "GPUs on few enough nodes at once: it starts as other jobs "
+                                                      "finish"),
+    ("can never start: it waits for", "a job it depends on failed or never appeared: run that job again, or "
+                                      "resubmit this one without the dependency"),
+    ("(it does not exist yet)", "it depends on a job that has not been submitted yet: it starts once that job "
+                                "reaches the phase it waits for"),
+    ("to start (it is", "it depends on a job that has not started yet: it starts once that one runs"),
+    ("to succeed (it is", "it depends on a job that has not succeeded yet: it starts once that one succeeds"),
+    ("is at its deserved share", "its queue holds its deserved share of the cluster: it starts when the queue's "
+                                 "own jobs finish or other queues need less"),
     ("waiting for capacity", "GPUs must free up: jobs finishing, elastic jobs shrinking, or jobs borrowing "
                              "beyond their queue's guarantee being reclaimed if its queue is below its guarantee"),
     ("Waiting", "the gang's other members (or its PodGroup) must exist first: check that the operator "
@@ -50,8 +67,8 @@ HINTS = (
     ("InvalidSpec", "fix the spec as the message says; nothing is scheduled until then"),
     ("Refused", "Kube-Ferry will not run this spec: change what the message names and submit it again"),
     ("FailedMount", "create the ConfigMap or Secret it refers to"),
-    ("Unschedulable", "the tenant cluster's scheduler found no node: tolerate the virtual node "
-                      "(virtual-kubelet.io/provider) or free a local node"),
+    ("nodes are available", "the tenant cluster's scheduler found no node: tolerate the virtual node "
+                            "(virtual-kubelet.io/provider) or free a local node"),
 )
 
 

@@ -675,7 +675,10 @@ def test_a_job_with_no_job_it_may_preempt_is_told_so_until_its_next_search() -> 
     s.submit(gang("g", "a", 1, 1, submit=1))
     said = {s.reasons(s.cycle(t))["g"] for t in (1.0, 2.0, 20.0, 31.0, 32.0)}
     assert len(said) == 1, said
-    assert said.pop().endswith("; no running job may be preempted for it now")
+    told = said.pop()
+    assert told.endswith("; no running job may be preempted for it now")
+    from ferry.whypending import hint_for
+    assert hint_for("FailedScheduling", told).startswith("no running job may be taken for it now")
 
 
 def test_a_job_only_a_cordoned_node_could_hold_is_told_nothing_about_preempting() -> None:

@@ -275,6 +275,18 @@ def test_views_align_columns_and_pick_the_first_fitting_hint() -> None:
     assert "virtual node included" in hint_for("Unschedulable", "0/1 nodes: 1 Insufficient nvidia.com/gpu.")
     assert "ran on loan" in hint_for("Preempting", "recalling 1 job(s) on loan on its held node(s): t/loan")
     assert hint_for("Something", "unheard of") == ""
+    # Kube-Ferry's own PodGroup condition says Unschedulable too: its words decide, not that reason
+    held = "waited 3600 s: holding node(s) node-1 until they drain; backfill continues elsewhere"
+    assert "held for it" in hint_for("Unschedulable", held)
+    assert "held for it" in hint_for("Unschedulable", f"{held}; it cannot start even if every job it may preempt "
+                                                      "were evicted")
+    assert "not succeeded yet" in hint_for("Unschedulable", "waiting for t/prep to succeed (it is Running)")
+    assert "not been submitted" in hint_for("Unschedulable", "waiting for t/prep to start (it does not exist yet)")
+    assert "failed or never appeared" in hint_for("Unschedulable", "can never start: it waits for t/prep to "
+                                                                   "succeed, and t/prep failed")
+    assert "tolerate the virtual node" in hint_for("Unschedulable", "0/3 nodes are available: 3 node(s) had "
+                                                                    "untolerated taint {virtual-kubelet.io/provider: "
+                                                                    "kube-ferry}.")
 
 
 def test_usage_counts_only_the_part_of_each_run_inside_the_range() -> None:
