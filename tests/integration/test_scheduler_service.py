@@ -39,19 +39,24 @@ async def _sa(core: client.CoreV1Api, ns: str) -> bool:
     return any(sa.metadata.name == "default" for sa in (await core.list_namespaced_service_account(ns)).items)
 
 
+async def _gang_behind_a_blocker(core: client.CoreV1Api, custom: client.CustomObjectsApi, ns: str) -> None:
+    """A 1-GPU pod bound on the test's 8-GPU node, then a gang of eight 1-GPU pods that cannot fit beside it."""
+    await eventually(lambda: _sa(core, ns), timeout=30, what="default ServiceAccount")
+    await core.create_namespaced_pod(ns, pod("blocker", ns))
+    await eventually(lambda: _node_of(core, ns, "blocker"), timeout=30, what="blocker bound")
+    await custom.create_namespaced_custom_object(GROUP, VERSION, ns, "podgroups", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": "train"},
+        "spec": {"minMember": 8}})
+    for i in range(8):
+        await core.create_namespaced_pod(ns, pod(f"train-{i}", ns, group="train"))
+
+
 async def test_gang_waits_whole_then_binds_in_one_cycle(
     ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str, private_node: str
 ) -> None:
     core = client.CoreV1Api(compute_api)
     custom = client.CustomObjectsApi(compute_api)
-    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
-    await core.create_namespaced_pod(compute_ns, pod("blocker", compute_ns))
-    await eventually(lambda: _node_of(core, compute_ns, "blocker"), timeout=30, what="blocker bound")
-    await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": "train"},
-        "spec": {"minMember": 8}})
-    for i in range(8):
-        await core.create_namespaced_pod(compute_ns, pod(f"train-{i}", compute_ns, group="train"))
+    await _gang_behind_a_blocker(core, custom, compute_ns)
 
     async def pending_reason() -> str | None:
         pg = await custom.get_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", "train")
@@ -88,14 +93,7 @@ async def test_a_waiting_pods_reason_said_again_counts_up_on_one_event(
     new Event each time the reason comes back."""
     core = client.CoreV1Api(compute_api)
     custom = client.CustomObjectsApi(compute_api)
-    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
-    await core.create_namespaced_pod(compute_ns, pod("blocker", compute_ns))
-    await eventually(lambda: _node_of(core, compute_ns, "blocker"), timeout=30, what="blocker bound")
-    await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": "train"},
-        "spec": {"minMember": 8}})
-    for i in range(8):
-        await core.create_namespaced_pod(compute_ns, pod(f"train-{i}", compute_ns, group="train"))
+    await _gang_behind_a_blocker(core, custom, compute_ns)
 
     async def said(text: str, times: int) -> list[Any] | None:
         events = (await core.list_namespaced_event(compute_ns, field_selector="involvedObject.name=train-0")).items
