@@ -64,6 +64,10 @@ IDLE_PERIODS = 5  # with nothing new, a cycle every this many periods
 # binding), so a flood of waiting jobs neither delays the next cycle nor queues ahead of another
 # tenant's bindings.
 REEXPLAIN_AFTER_S = 30.0
+# ... and said again on its pods' Event at most this often (the Event counts up): kube-scheduler retries an
+# unschedulable pod, and records its FailedScheduling Event again, at least every five minutes. A condition
+# is one write per job; an Event is one per pod.
+REEVENT_AFTER_S = 300.0
 EXPLANATIONS_PER_CYCLE = 200
 EXPLANATION_WRITERS = 8
 # Queue status (and the gauges) are recounted and written at most this often: in a flood the pending
@@ -115,8 +119,7 @@ class SchedulerService:
         # pod -> (node, devices, bound at; inf while the binding is in flight): a backlog of bindings can
         # take longer than the expiry, and an expired assumption would be scheduled and bound twice
         self.assumed: dict[str, tuple[str, tuple[int, ...], float]] = {}
-        # job -> (PodGroup UID, reason, message, when) last written: Events are not repeated
-        self._said: dict[str, tuple[str, str, str, float]] = {}
+        self._said: dict[str, Said] = {}  # job -> what was last written of why it waits: Events are not repeated
         self._event_counts: dict[str, dict[str, int]] = {}  # job -> its pods' repeated Events -> count written
         self._queue_status: dict[str, dict[str, Any]] = {}  # Queue UID -> the status last written
         self._usage_recorded: dict[str, tuple[float, Obj]] = {}  # Queue UID -> (when, the usage put in its status)
@@ -434,19 +437,18 @@ class SchedulerService:
         for job, (reason, message) in reasons.items():
             incarnation = _uid(snap.group_of.get(job))
             said = self._said.get(job)
-            if said is not None and said[0] != incarnation:  # a new PodGroup of the same name: start afresh
+            if said is not None and said.incarnation != incarnation:  # a new PodGroup of the same name
                 said = None
-            if said is not None and said[2] == message:
+            due = explanation_due(said, reason, message, now_m)
+            if due is None:
                 continue
-            if said is not None and _gist(said[2]) == _gist(message) and now_m - said[3] < REEXPLAIN_AFTER_S:
-                continue  # only its numbers changed ("399 in use"): thousands of waiting jobs must not storm
             if budget == 0:
                 metrics.EXPLANATIONS_DEFERRED.inc()  # said in a later cycle
                 continue
             budget -= 1
-            # A gang that assembles says so once (its condition keeps the count current), not once per arrival.
-            event = said is None or said[1] != reason or reason != "Waiting"
-            self._said[job] = (incarnation, reason, message, now_m)
+            event = due
+            self._said[job] = Said(incarnation, reason, message, now_m,
+                                   now_m if event or said is None else said.evented_at)
             metrics.ATTEMPTS.labels("unschedulable").inc()
             if self._binder is not None:
                 self._explained[job] = self._binder.create_task(
@@ -731,6 +733,34 @@ async def _logged(what: str, write: Awaitable[Any]) -> None:
 
 def _uid(obj: Obj | None) -> str:
     return str((obj or {}).get("metadata", {}).get("uid", ""))
+
+
+@dataclass(frozen=True)
+class Said:
+    """What was last written of why a job waits, and when: its condition, and its pods' Event."""
+
+    incarnation: str  # the PodGroup's UID: a new PodGroup of the same name starts afresh
+    reason: str
+    message: str
+    written_at: float
+    evented_at: float
+
+
+def explanation_due(said: Said | None, reason: str, message: str, now: float) -> bool | None:
+    """Whether to write why a job waits now: None (not now), else whether its pods' Event is written too.
+    A new situation (another reason, or other words) is written at once, with an Event, except that a gang
+    still assembling says so once (its condition keeps the member count current). When only the numbers
+    changed ("399 in use"), the condition is rewritten at most every REEXPLAIN_AFTER_S and the Event counted
+    up at most every REEVENT_AFTER_S: thousands of waiting jobs must not storm the API server."""
+    if said is None:
+        return True
+    if said.message == message:
+        return None
+    if said.reason != reason or _gist(said.message) != _gist(message):
+        return reason != "Waiting" or said.reason != "Waiting"
+    if now - said.written_at < REEXPLAIN_AFTER_S:
+        return None
+    return reason != "Waiting" and now - said.evented_at >= REEVENT_AFTER_S
 
 
 def _event_body(obj: Obj, etype: str, reason: str, message: str, naming: dict[str, str]) -> Obj:
