@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 DEMO_DIR ?= .demo
 
 .PHONY: all venv binaries test test-unit test-integration test-faults soak overload lint typecheck demo demo-down down e2e e2e-kind \
-        bench bench-core bench-openb bench-philly bench-philly-heldout bench-consolidation bench-scheduler bench-bridge bench-replay image clean
+        bench bench-core bench-openb bench-philly bench-philly-heldout bench-philly-jitter bench-consolidation bench-scheduler bench-bridge bench-replay image clean
 
 all: test
 
@@ -88,6 +88,11 @@ bench-philly: $(STAMP)
 # The same checks on slices no rule was shaped on (other sizes, windows of other days): ~9 min on 2 cores.
 bench-philly-heldout: $(STAMP)
 	$(BIN)/python -m scheduler.bench.philly --held-out
+
+# The matrix's cells (ferry, volcano preset) on the trace and 3 copies with durations jittered by up to a
+# second: the spread one replay's course makes (~80 min on 2 cores).
+bench-philly-jitter: $(STAMP)
+	$(BIN)/python -m scheduler.bench.philly --jitter 3
 
 bench-consolidation: $(STAMP)
 	$(BIN)/python -m scheduler.bench.consolidation

@@ -2,7 +2,8 @@
 shared Philly trace (96 nodes x 8 GPUs), with a PNG per policy under ``--plots``; then the matrix of
 September, October and both at 88, 96 and 112 nodes, each cell checked (ferry's avg and p99 wait at most
 the volcano preset's, utilisation at least its own minus 0.5 point, Jain at least 0.95). With
-``--held-out`` (``make bench-philly-heldout``) the same checks on slices no rule was shaped on."""
+``--held-out`` (``make bench-philly-heldout``) the same checks on slices no rule was shaped on; with
+``--jitter N`` (``make bench-philly-jitter``) how much of each cell's figures one replay's course makes."""
 
 from __future__ import annotations
 
@@ -180,6 +181,40 @@ def held_out(jobs: list[philly.TraceJob], vc: dict[str, int], cycle_when_due: bo
     return lines
 
 
+def jitter_matrix(jobs: list[philly.TraceJob], vc: dict[str, int], seeds: int, workers: int = 1,
+                  cycle_when_due: bool = True) -> list[str]:
+    """The matrix's cells, ferry and the volcano preset, each replayed on the trace as it is and on
+    ``seeds`` copies with every job's duration moved by up to a second (:func:`philly.jittered`). One
+    replay of a cell moves by a few per cent under that; a rule's effect smaller than the spread cannot be
+    told from one run. Per cell: each figure's range, and on how many of the runs ferry passes each check."""
+    variants = [jobs] + [philly.jittered(jobs, seed) for seed in range(1, seeds + 1)]
+    slices = (("Sep", 9), ("Oct", 10), ("Sep-Oct", None))
+    policies = ("ferry", "volcano")
+    options = {"cycle_when_due": cycle_when_due}
+    calls = [Replay(part if month is None else philly.in_month(part, month), vc, policy, nodes, options)
+             for _, month in slices for nodes in MATRIX_NODES for part in variants for policy in policies]
+    done = replays(calls, workers)
+    lines = ["", f"jitter: each cell on the trace and {seeds} copies with durations moved by up to 1 s; "
+             "ferry | volcano: avg, p99 wait s and util % as min-max, then the runs passing each check"]
+    for label, _ in slices:
+        for nodes in MATRIX_NODES:
+            runs = [{policy: next(done)[0].metrics for policy in policies} for _ in variants]
+            spans = " | ".join(" ".join(_span([r[p][k] for r in runs]) for k in ("avg_wait_s", "p99_wait_s",
+                                                                                 "gpu_utilization"))
+                               for p in policies)
+            misses = [cell_misses(r["ferry"], r["volcano"]) for r in runs]
+            passing = ", ".join(f"{check} {sum(check not in m for m in misses)}/{len(runs)}"
+                                for check in ("avg", "p99", "util", "jain"))
+            lines.append(f"{label:>8} x{nodes:<4} {spans}  passes: {passing}")
+            print(lines[-1], flush=True)
+    return lines
+
+
+def _span(values: list[Any]) -> str:
+    present = [v for v in values if v is not None]
+    return f"{min(present):g}-{max(present):g}" if present else "-"
+
+
 DEPARTMENTS = 3
 
 
@@ -198,6 +233,9 @@ def main() -> None:
     parser.add_argument("--held-out", action="store_true", help="instead of the headline and the matrix, the "
                         "slices no rule was shaped on (other cluster sizes, windows of other days), ferry against "
                         "the volcano preset with the matrix's checks")
+    parser.add_argument("--jitter", type=int, default=0, metavar="N", help="instead, the matrix's cells for ferry "
+                        "and the volcano preset on the trace and N copies with durations moved by up to 1 s: how "
+                        "much of each figure is the replay's course")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="replays run at a time, each in "
                         "its own process (default: one per core); the figures do not depend on it")
     parser.add_argument("--event-only", action="store_true", help="cycle only on arrivals and completions, not "
@@ -211,6 +249,9 @@ def main() -> None:
     options = {"cycle_when_due": not args.event_only}
     if args.held_out:
         print(held_out(jobs, vc, cycle_when_due=not args.event_only, workers=args.workers)[-1])
+        return
+    if args.jitter > 0:
+        jitter_matrix(jobs, vc, args.jitter, workers=args.workers, cycle_when_due=not args.event_only)
         return
     args.plots.mkdir(parents=True, exist_ok=True)
     policies = args.policies.split(",")

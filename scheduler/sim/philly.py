@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
+import random
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -205,6 +206,15 @@ def in_month(jobs: list[TraceJob], month: int) -> list[TraceJob]:
     if not 1 <= month <= 12:
         raise ValueError(f"a month is 1-12, got {month}")
     return [j for j in jobs if datetime.fromtimestamp(j.submit, UTC).month == month]
+
+
+def jittered(jobs: list[TraceJob], seed: int, seconds: float = 1.0) -> list[TraceJob]:
+    """The same jobs, each running ``seconds`` longer, shorter or as long, at random (``seed``; at least 1 s):
+    a perturbation no policy can care about, so what it changes in a replay's figures is the replay's
+    course, not a rule (``make bench-philly-jitter``). Submission times are kept: so is every slice."""
+    rng = random.Random(seed)
+    return [TraceJob(j.submit, max(1.0, j.duration + rng.choice((-seconds, 0.0, seconds))), j.gpus, j.tenant)
+            for j in jobs]
 
 
 def window(jobs: list[TraceJob], start: datetime, count: int) -> list[TraceJob]:

@@ -335,3 +335,12 @@ def test_philly_counts_notices_withdrawn_when_the_preemptor_starts_elsewhere() -
     assert res["preemptions"] == 0
     quiet = philly.simulate(jobs, {"a": 2}, "volcano", nodes=2, gpus_per_node=8).metrics
     assert quiet["notices_withdrawn"] == 0 and quiet["most_notices_one_run"] == 0
+
+
+def test_a_jittered_trace_moves_each_duration_by_at_most_a_second_and_keeps_the_slices() -> None:
+    jobs = [philly.TraceJob(float(i), d, 1, "t") for i, d in enumerate((0.5, 1.0, 30.0, 3600.0) * 50)]
+    one, again, other = philly.jittered(jobs, 1), philly.jittered(jobs, 1), philly.jittered(jobs, 2)
+    assert one == again and one != other  # a seed is a replay anyone can repeat
+    assert [j.submit for j in one] == [j.submit for j in jobs]
+    assert all(abs(a.duration - b.duration) <= 1.0 and a.duration >= 1.0 for a, b in zip(one, jobs, strict=True))
+    assert {round(a.duration - b.duration) for a, b in zip(one, jobs, strict=True) if b.duration > 2} == {-1, 0, 1}
