@@ -196,6 +196,7 @@ def jitter_matrix(jobs: list[philly.TraceJob], vc: dict[str, int], seeds: int, w
     done = replays(calls, workers)
     lines = ["", f"jitter: each cell on the trace and {seeds} copies with durations moved by up to 1 s; "
              "ferry | volcano: avg, p99 wait s and util % as min-max, then the runs passing each check"]
+    print(lines[-1], flush=True)
     for label, _ in slices:
         for nodes in MATRIX_NODES:
             runs = [{policy: next(done)[0].metrics for policy in policies} for _ in variants]
