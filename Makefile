@@ -90,7 +90,7 @@ bench-philly-heldout: $(STAMP)
 	$(BIN)/python -m scheduler.bench.philly --held-out
 
 # The matrix's cells (ferry, volcano preset) on the trace and 3 copies with durations jittered by up to a
-# second: the spread one replay's course makes (~80 min on 2 cores).
+# second: the spread one replay's course makes (~30 min on 2 cores).
 bench-philly-jitter: $(STAMP)
 	$(BIN)/python -m scheduler.bench.philly --jitter 3
 
