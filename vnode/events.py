@@ -6,14 +6,13 @@ compute events) bumps ``count`` on the same object instead of creating another o
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import structlog
 
+from ferry.kube.events import event_body, event_name
 from ferry.kube.rest import Rest, path, status_of
 from vnode import metrics
-from vnode.status import now
 
 Obj = dict[str, Any]
 log = structlog.get_logger("ferry.vnode.events")
@@ -22,7 +21,7 @@ log = structlog.get_logger("ferry.vnode.events")
 class Recorder:
     def __init__(self, tenant: Rest, component: str, host: str) -> None:
         self.rest = tenant
-        self.source = {"component": component, "host": host}
+        self.component, self.host = component, host
 
     async def emit(self, obj: Obj, etype: str, reason: str, message: str, key: str | None = None) -> None:
         """Record one of the vnode's own Events on ``obj``; a repeat (same ``key``, else same reason and
@@ -60,19 +59,9 @@ class Recorder:
             metrics.EVENTS_DROPPED.labels(reason).inc()
 
     def _event(self, obj: Obj, etype: str, reason: str, message: str, identity: str, count: int) -> tuple[str, Obj]:
-        meta = obj["metadata"]
-        digest = hashlib.sha256(f"{meta.get('uid')}/{identity}".encode()).hexdigest()[:12]
-        name = f"{meta['name'][:200]}.{digest}"
-        stamp = now()
-        return name, {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": name, "namespace": meta.get("namespace") or "default"},
-            "involvedObject": {"apiVersion": obj.get("apiVersion", "v1"), "kind": obj.get("kind", "Pod"),
-                               "name": meta["name"], "namespace": meta.get("namespace"), "uid": meta.get("uid")},
-            "type": etype, "reason": reason, "message": message[:1024], "source": self.source,
-            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": count,
-            "reportingComponent": self.source["component"], "reportingInstance": self.source["host"],
-        }
+        name = event_name(obj, identity)
+        return name, event_body(obj, etype, reason, message, component=self.component, host=self.host,
+                                name=name, count=count)
 
     async def _create(self, url: str, body: Obj, reason: str) -> bool:
         """Create the Event. False only if it exists already (the caller may update it); a failure that

@@ -13,7 +13,6 @@ something it reads changed (not on every pod status update), or after at most on
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import math
 import re
 import time
@@ -30,6 +29,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from ferry.aio import wait_event
 from ferry.fairshare import FairLimiter
 from ferry.keys import DEVICES_ANNOTATION, SCHEDULER_NAME, WILL_EVICT_AT, WILL_EVICT_BY
+from ferry.kube.events import event_body, event_name
 from ferry.kube.informer import Informer, Obj, key_of
 from ferry.kube.rest import Rest, path
 from scheduler.core.balance import node_imbalance
@@ -653,9 +653,9 @@ class SchedulerService:
         await asyncio.gather(*writes)
 
     async def _event(self, obj: Obj, etype: str, reason: str, message: str) -> None:
-        meta = obj["metadata"]
-        body = _event_body(obj, etype, reason, message, {"generateName": f"{meta['name']}."})
-        await self._guard("event", self.core_api.create_namespaced_event(meta["namespace"], body), meta["namespace"])
+        ns = obj["metadata"]["namespace"]
+        body = event_body(obj, etype, reason, message, component=SCHEDULER_NAME, host=SCHEDULER_NAME)
+        await self._guard("event", self.core_api.create_namespaced_event(ns, body), ns)
 
     async def _repeated_event(self, job: str, pod: Obj, reason: str, message: str) -> None:
         """A waiting pod's reason, said again (its numbers aside, or after it said something else), counts up
@@ -663,11 +663,9 @@ class SchedulerService:
         shows "(x12 over 6m)" with the latest numbers, not a screen of near-copies, and a long wait does not
         leave one more Event every half minute. The name is derived from what it says, so a new leader (with
         no memory of the counts) finds the same Event."""
-        meta = pod["metadata"]
-        ns = meta["namespace"]
-        said = hashlib.sha256(f"{meta.get('uid')}/{reason}/{_gist(message)}".encode()).hexdigest()[:12]
-        name = f"{meta['name'][:200]}.{said}"
-        body = _event_body(pod, "Warning", reason, message, {"name": name})
+        ns = pod["metadata"]["namespace"]
+        name = event_name(pod, f"{reason}/{_gist(message)}")
+        body = event_body(pod, "Warning", reason, message, component=SCHEDULER_NAME, host=SCHEDULER_NAME, name=name)
         counts = self._event_counts.setdefault(job, {})
         again = {"count": 0, "lastTimestamp": body["lastTimestamp"], "message": body["message"]}
         async with self._writes.slot(ns):
@@ -761,19 +759,6 @@ def explanation_due(said: Said | None, reason: str, message: str, now: float) ->
     if now - said.written_at < REEXPLAIN_AFTER_S:
         return None
     return reason != "Waiting" and now - said.evented_at >= REEVENT_AFTER_S
-
-
-def _event_body(obj: Obj, etype: str, reason: str, message: str, naming: dict[str, str]) -> Obj:
-    meta = obj["metadata"]
-    now = _now_iso()
-    return {
-        "metadata": {**naming, "namespace": meta["namespace"]},
-        "involvedObject": {"apiVersion": obj.get("apiVersion", "v1"), "kind": obj.get("kind", "Pod"),
-                           "name": meta["name"], "namespace": meta["namespace"], "uid": meta.get("uid")},
-        "type": etype, "reason": reason, "message": message[:1024],
-        "source": {"component": SCHEDULER_NAME}, "reportingComponent": SCHEDULER_NAME,
-        "reportingInstance": SCHEDULER_NAME, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-    }
 
 
 def _gist(message: str) -> str:
