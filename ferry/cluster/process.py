@@ -145,6 +145,20 @@ class Component:
             self.proc.wait()
 
 
+def _answers_200(connect: Callable[[], http.client.HTTPConnection], path: str) -> Probe:
+    """A probe that passes when GET ``path`` on a fresh connection answers 200 (a connection per probe:
+    the component may have restarted since the last one)."""
+    def probe() -> bool:
+        conn = connect()
+        try:
+            conn.request("GET", path)
+            return conn.getresponse().status == 200
+        finally:
+            conn.close()
+
+    return probe
+
+
 def https_probe(url: str, ca: Path, cert: Path | None = None, key: Path | None = None) -> Probe:
     """A probe that passes when GET ``url`` answers 200 over TLS verified against ``ca``."""
     ctx = ssl.create_default_context(cafile=str(ca))
@@ -152,16 +166,7 @@ def https_probe(url: str, ca: Path, cert: Path | None = None, key: Path | None =
         ctx.load_cert_chain(str(cert), str(key) if key else None)
     host_port, _, path = url.removeprefix("https://").partition("/")
     host, _, port = host_port.partition(":")
-
-    def probe() -> bool:
-        conn = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=2)
-        try:
-            conn.request("GET", "/" + path)
-            return conn.getresponse().status == 200
-        finally:
-            conn.close()
-
-    return probe
+    return _answers_200(lambda: http.client.HTTPSConnection(host, int(port), context=ctx, timeout=2), "/" + path)
 
 
 def insecure_https_probe(host: str, port: int, path: str) -> Probe:
@@ -169,28 +174,11 @@ def insecure_https_probe(host: str, port: int, path: str) -> Probe:
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
-
-    def probe() -> bool:
-        conn = http.client.HTTPSConnection(host, port, context=ctx, timeout=2)
-        try:
-            conn.request("GET", path)
-            return conn.getresponse().status == 200
-        finally:
-            conn.close()
-
-    return probe
+    return _answers_200(lambda: http.client.HTTPSConnection(host, port, context=ctx, timeout=2), path)
 
 
 def http_probe(host: str, port: int, path: str) -> Probe:
-    def probe() -> bool:
-        conn = http.client.HTTPConnection(host, port, timeout=2)
-        try:
-            conn.request("GET", path)
-            return conn.getresponse().status == 200
-        finally:
-            conn.close()
-
-    return probe
+    return _answers_200(lambda: http.client.HTTPConnection(host, port, timeout=2), path)
 
 
 def pid_alive(pid: int) -> bool:
