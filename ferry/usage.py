@@ -12,6 +12,7 @@ from typing import Any
 
 from ferry.keys import API_GROUP, API_VERSION
 from ferry.kube.rest import Rest, path
+from ferry.kube.timestamps import rfc3339
 from scheduler.service.accounting import run_of
 
 Obj = dict[str, Any]
@@ -84,7 +85,7 @@ async def collect(rest: Rest, since: datetime | None, until: datetime | None, by
     groups = {f"{g['metadata']['namespace']}/{g['metadata']['name']}": g
               for g in (await rest.get(path(GROUP, VERSION, "podgroups")))["items"]}
     queues = {q["metadata"]["name"]: q for q in (await rest.get(path(GROUP, VERSION, "queues")))["items"]}
-    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = rfc3339(now.timestamp())
     live = []
     for pod in (await rest.get(path("", "v1", "pods"), fieldSelector="status.phase=Running"))["items"]:
         if (run := run_of(pod, groups, queues, stamp)) is not None:

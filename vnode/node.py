@@ -17,9 +17,9 @@ import structlog
 from ferry.aio import wait_event
 from ferry.kube import quantity
 from ferry.kube.rest import Rest, path, status_of
+from ferry.kube.timestamps import now
 from vnode.caches import Caches
 from vnode.events import Recorder
-from vnode.status import now
 
 Obj = dict[str, Any]
 TAINT = {"key": "virtual-kubelet.io/provider", "value": "kube-ferry", "effect": "NoSchedule"}

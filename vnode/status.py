@@ -7,10 +7,11 @@ never that it should be created again. A terminal tenant phase is final.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from ferry.keys import PREFIX, WILL_EVICT_CONDITION
+from ferry.kube.timestamps import now
 
 Obj = dict[str, Any]
 FORWARDED = PREFIX + "Forwarded"
@@ -21,10 +22,6 @@ MIRRORED_CONDITIONS = {"PodScheduled", "Initialized", "ContainersReady", "Ready"
                        DISRUPTION, WILL_EVICT}
 MIRRORED_FIELDS = ("phase", "podIP", "podIPs", "startTime", "reason", "message", "containerStatuses",
                    "initContainerStatuses", "qosClass")
-
-
-def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def epoch(stamp: str | None) -> float:

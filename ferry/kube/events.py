@@ -7,16 +7,12 @@ Pure: building the object is here; each component writes it with its own client.
 from __future__ import annotations
 
 import hashlib
-from datetime import UTC, datetime
 from typing import Any
+
+from ferry.kube import timestamps
 
 Obj = dict[str, Any]
 MESSAGE_LIMIT = 1024  # the apiserver refuses longer Event messages
-
-
-def stamp() -> str:
-    """An Event timestamp for now (whole seconds, UTC: what ``firstTimestamp``/``lastTimestamp`` hold)."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def event_name(obj: Obj, identity: str) -> str:
@@ -32,7 +28,7 @@ def event_body(obj: Obj, etype: str, reason: str, message: str, *, component: st
     """An Event about ``obj`` from ``component`` on ``host``: named ``name``, or generated from the
     object's name when a repeat need not be found again."""
     meta = obj["metadata"]
-    now = stamp()
+    now = timestamps.now()
     naming = {"name": name} if name else {"generateName": f"{meta['name'][:200]}."}
     return {
         "apiVersion": "v1", "kind": "Event",

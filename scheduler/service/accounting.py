@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,8 +20,9 @@ from typing import Any
 import structlog
 
 from ferry.keys import API_GROUP, API_VERSION, POD_GROUP_LABEL, SCHEDULER_NAME
+from ferry.kube import timestamps
 from ferry.kube.rest import Rest, path, status_of
-from scheduler.service.snapshot import BadSpec, namespace_queues, pod_request, queue_of, rfc3339
+from scheduler.service.snapshot import BadSpec, namespace_queues, pod_request, queue_of
 
 Obj = dict[str, Any]
 GROUP, VERSION = API_GROUP, API_VERSION
@@ -48,10 +48,6 @@ class PodRun:
         same name starts a new record)."""
         digest = hashlib.sha256(f"{self.namespace}/{self.job}/{self.job_uid}".encode()).hexdigest()[:10]
         return f"{self.namespace}.{self.job[:180]}-{digest}"
-
-
-def now_iso() -> str:
-    return rfc3339(time.time())
 
 
 def run_of(pod: Obj, groups: Mapping[str, Obj], queues: Mapping[str, Obj], deleted_at: str) -> PodRun | None:
@@ -91,7 +87,7 @@ class Accountant:
             return
         if kind != "DELETED" and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
             return
-        run = run_of(pod, self.groups(), self.queues(), now_iso())
+        run = run_of(pod, self.groups(), self.queues(), timestamps.now())
         if run is not None:
             self.todo[uid] = run
             self.wake.set()

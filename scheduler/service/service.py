@@ -29,6 +29,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from ferry.aio import wait_event
 from ferry.fairshare import FairLimiter
 from ferry.keys import DEVICES_ANNOTATION, SCHEDULER_NAME, WILL_EVICT_AT, WILL_EVICT_BY
+from ferry.kube import timestamps
 from ferry.kube.events import event_body, event_name
 from ferry.kube.informer import Informer, Obj, key_of
 from ferry.kube.rest import Rest, path
@@ -50,7 +51,6 @@ from scheduler.service.snapshot import (
     held_status,
     namespace_conflicts,
     queue_problems,
-    rfc3339,
     usage_status,
 )
 
@@ -79,10 +79,6 @@ USAGE_RECORD_EVERY_S = 60.0  # a Queue's recorded usage changes every cycle but 
 _NUMBER = re.compile(r"\d+(\.\d+)?")
 SELECTED_NODE = "volume.kubernetes.io/selected-node"  # where a WaitForFirstConsumer claim is to be provisioned
 log = structlog.get_logger("ferry.scheduler")
-
-
-def _now_iso() -> str:
-    return rfc3339(time.time())
 
 
 @dataclass
@@ -439,14 +435,13 @@ class SchedulerService:
             said = self._said.get(job)
             if said is not None and said.incarnation != incarnation:  # a new PodGroup of the same name
                 said = None
-            due = explanation_due(said, reason, message, now_m)
-            if due is None:
+            event = explanation_due(said, reason, message, now_m)
+            if event is None:
                 continue
             if budget == 0:
                 metrics.EXPLANATIONS_DEFERRED.inc()  # said in a later cycle
                 continue
             budget -= 1
-            event = due
             self._said[job] = Said(incarnation, reason, message, now_m,
                                    now_m if event or said is None else said.evented_at)
             metrics.ATTEMPTS.labels("unschedulable").inc()
@@ -483,7 +478,7 @@ class SchedulerService:
                 want["conditions"] = [{
                     "type": "Scheduled", "status": "True", "reason": "Finished",
                     "message": f"every member ended: {counts.succeeded} succeeded, {counts.failed} failed",
-                    "lastTransitionTime": _now_iso()}]
+                    "lastTransitionTime": timestamps.now()}]
             writes += self._report(f"group {_uid(group)}", partial(self._patch_group_status, group, want))
         return writes
 
@@ -579,7 +574,7 @@ class SchedulerService:
 
     async def _notify(self, snap: Snapshot, d: NotifyWillEvict) -> None:
         """Tell a victim's pods when they will be evicted, so the workload can checkpoint first."""
-        at = rfc3339(d.deadline)
+        at = timestamps.rfc3339(d.deadline)
         writes: list[Awaitable[Any]] = []
         for pod in self._bound_pods(snap, d.job):
             meta = pod["metadata"]
@@ -596,7 +591,7 @@ class SchedulerService:
         return self._guard("will-evict condition", self.core_api.patch_namespaced_pod_status(
             meta["name"], meta["namespace"], {"status": {"conditions": [{
                 "type": "kubeferry.io/WillEvict", "status": status, "reason": reason,
-                "message": message[:1024], "lastTransitionTime": _now_iso()}]}}), meta["namespace"])
+                "message": message[:1024], "lastTransitionTime": timestamps.now()}]}}), meta["namespace"])
 
     async def _cancel(self, snap: Snapshot, d: CancelEviction) -> None:
         writes: list[Awaitable[Any]] = []
@@ -702,10 +697,10 @@ class SchedulerService:
         counts = snap.counts.get(job, GangCounts())
         st: dict[str, Any] = {"phase": phase, **counts.status(), **(extra or {}),
                               "conditions": [{"type": ctype, "status": status, "reason": reason,
-                                              "message": message[:1024], "lastTransitionTime": _now_iso()}]}
+                                              "message": message[:1024], "lastTransitionTime": timestamps.now()}]}
         if phase == "Running":  # its members were just assumed bound; the snapshot predates that
             st["running"] = counts.live
-            st["scheduledTime"] = _now_iso()
+            st["scheduledTime"] = timestamps.now()
             if (group.get("status") or {}).get("phase") in (None, "", "Pending", "Privileged"):
                 await self._event({**group, "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup"}, "Normal",
                                   "Scheduled",

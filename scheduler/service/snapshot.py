@@ -12,7 +12,7 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
 from ferry.keys import (
@@ -31,6 +31,7 @@ from ferry.keys import (
     WILL_EVICT_BY,
 )
 from ferry.kube import quantity
+from ferry.kube.timestamps import rfc3339
 from scheduler.core import hierarchy
 from scheduler.core.model import (
     GPU_MILLI,
@@ -577,11 +578,6 @@ def dependencies(namespace: str, value: Any) -> tuple[Dependency, ...]:
             raise BadSpec(f"dependsOn {item.get('name')!r}: phase {phase!r} is not Running or Succeeded")
         out.append(Dependency(f"{namespace}/{item['name']}", JobPhase(phase)))
     return tuple(out)
-
-
-def rfc3339(t: float) -> str:
-    """A Kubernetes timestamp (whole seconds, UTC) of a Unix time: what this service writes."""
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _ts(text: str) -> float:

@@ -36,3 +36,11 @@ def test_the_body_names_its_object_source_and_count() -> None:
 def test_an_event_no_repeat_must_find_gets_a_generated_name() -> None:
     body = event_body(_pod(), "Normal", "EvictionCancelled", "spared", component="c", host="h")
     assert body["metadata"] == {"generateName": "trainer-0.", "namespace": "team-a"}
+
+
+def test_timestamps_read_back_to_the_second() -> None:
+    from ferry.kube.timestamps import rfc3339
+    from vnode.status import epoch
+
+    assert rfc3339(0) == "1970-01-01T00:00:00Z"
+    assert epoch(rfc3339(1_764_000_000.7)) == 1_764_000_000
