@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 DEMO_DIR ?= .demo
 
 .PHONY: all venv binaries test test-unit test-integration test-faults soak overload lint typecheck demo demo-down down e2e e2e-kind \
-        bench bench-core bench-openb bench-philly bench-philly-heldout bench-philly-jitter bench-consolidation bench-scheduler bench-bridge bench-replay image clean
+        bench bench-core bench-openb bench-philly bench-philly-heldout bench-philly-jitter bench-philly-groupings bench-consolidation bench-scheduler bench-bridge bench-replay image clean
 
 all: test
 
@@ -93,6 +93,11 @@ bench-philly-heldout: $(STAMP)
 # second: the spread one replay's course makes (~30 min on 2 cores).
 bench-philly-jitter: $(STAMP)
 	$(BIN)/python -m scheduler.bench.philly --jitter 3
+
+# The departments at the headline, VCs grouped largest first and in 8 random orders, each against flat
+# queues: how much of their cost is the grouping's (~25 min on 2 cores).
+bench-philly-groupings: $(STAMP)
+	$(BIN)/python -m scheduler.bench.philly --groupings 8
 
 bench-consolidation: $(STAMP)
 	$(BIN)/python -m scheduler.bench.consolidation

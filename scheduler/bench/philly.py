@@ -3,13 +3,15 @@ shared Philly trace (96 nodes x 8 GPUs), with a PNG per policy under ``--plots``
 September, October and both at 88, 96 and 112 nodes, each cell checked (ferry's avg and p99 wait at most
 the volcano preset's, utilisation at least its own minus 0.5 point, Jain at least 0.95). With
 ``--held-out`` (``make bench-philly-heldout``) the same checks on slices no rule was shaped on; with
-``--jitter N`` (``make bench-philly-jitter``) how much of each cell's figures one replay's course makes."""
+``--jitter N`` (``make bench-philly-jitter``) how much of each cell's figures one replay's course makes; with
+``--groupings N`` (``make bench-philly-groupings``) how much of the departments' cost their grouping makes."""
 
 from __future__ import annotations
 
 import argparse
 import calendar
 import os
+import statistics
 import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -223,6 +225,56 @@ def _change(new: float, old: float) -> str:
     return f"{100 * (new - old) / old:+.1f} %" if old else "n/a"
 
 
+DEPARTMENTS_BOUND_PCT = 5.0  # issue 15: departments' avg and p99 wait within this much of flat queues'
+
+
+def _pct(new: float, old: float) -> float:
+    """How much ``new`` exceeds ``old``, in per cent of ``old`` (no wait before: 0 if none now either)."""
+    if old:
+        return 100 * (new - old) / old
+    return 0.0 if new == old else float("inf")
+
+
+def groupings(jobs: list[philly.TraceJob], vc: dict[str, int], seeds: int, workers: int = 1,
+              cycle_when_due: bool = True, nodes: int = 96) -> list[str]:
+    """The whole trace on ``nodes`` x 8 with flat queues, with the VCs dealt largest first into
+    :data:`DEPARTMENTS` departments (what ``make bench-philly`` prints) and dealt in ``seeds`` random orders:
+    how much of the departments' cost against flat queues is the grouping's. Per grouping its departments,
+    avg / p99 wait, utilisation, Jain over teams and departments and the change against flat; then the
+    spread and how many groupings stay within the issue's bound on both waits."""
+    options: dict[str, Any] = {"cycle_when_due": cycle_when_due}
+    orders: list[int | None] = [None, *range(1, seeds + 1)]
+    calls = [Replay(jobs, vc, "ferry", nodes, options)] + [
+        Replay(jobs, vc, "ferry", nodes, {**options, "departments": DEPARTMENTS, "grouping_seed": seed})
+        for seed in orders]
+    done = replays(calls, workers)
+    flat = next(done)[0].metrics
+    lines = ["", f"groupings: flat queues avg {flat['avg_wait_s']} s, p99 {flat['p99_wait_s']} s, utilisation "
+             f"{flat['gpu_utilization']} %; {DEPARTMENTS} departments per grouping (VCs, 6 characters each): avg / "
+             "p99 wait s, utilisation %, Jain teams / departments, change of avg and p99 against flat"]
+    print("\n".join(lines), flush=True)
+    changes: list[tuple[float, float]] = []
+    for seed in orders:
+        m = next(done)[0].metrics
+        teams = "; ".join(" ".join(t[:6] for t in members) for members in m["department_teams"].values())
+        change = _pct(m["avg_wait_s"], flat["avg_wait_s"]), _pct(m["p99_wait_s"], flat["p99_wait_s"])
+        if seed is not None:
+            changes.append(change)
+        label = "largest first" if seed is None else f"seed {seed}"
+        lines.append(f"{label:>14}  {m['avg_wait_s']} / {m['p99_wait_s']} / {m['gpu_utilization']} / "
+                     f"{m['jain_fairness']} / {m['jain_departments']}  avg {change[0]:+.1f} %, p99 {change[1]:+.1f} %"
+                     f"  [{teams}]")
+        print(lines[-1], flush=True)
+    if changes:
+        avg, p99 = [c[0] for c in changes], [c[1] for c in changes]
+        within = sum(a <= DEPARTMENTS_BOUND_PCT and p <= DEPARTMENTS_BOUND_PCT for a, p in changes)
+        lines.append(f"random groupings: avg {statistics.mean(avg):+.1f} % on average ({min(avg):+.1f} to "
+                     f"{max(avg):+.1f} %), p99 {statistics.mean(p99):+.1f} % ({min(p99):+.1f} to {max(p99):+.1f} %); "
+                     f"within {DEPARTMENTS_BOUND_PCT:g} % on both: {within} of {len(changes)}")
+        print(lines[-1], flush=True)
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--traces", type=Path,
@@ -237,6 +289,9 @@ def main() -> None:
     parser.add_argument("--jitter", type=int, default=0, metavar="N", help="instead, the matrix's cells for ferry "
                         "and the volcano preset on the trace and N copies with durations moved by up to 1 s: how "
                         "much of each figure is the replay's course")
+    parser.add_argument("--groupings", type=int, default=0, metavar="N", help="instead, the departments of the "
+                        "headline (96 x 8, whole trace) with the VCs grouped largest first and in N random orders, "
+                        "each against flat queues: how much of the departments' cost is the grouping's")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="replays run at a time, each in "
                         "its own process (default: one per core); the figures do not depend on it")
     parser.add_argument("--event-only", action="store_true", help="cycle only on arrivals and completions, not "
@@ -250,6 +305,9 @@ def main() -> None:
     options = {"cycle_when_due": not args.event_only}
     if args.held_out:
         print(held_out(jobs, vc, cycle_when_due=not args.event_only, workers=args.workers)[-1])
+        return
+    if args.groupings > 0:
+        groupings(jobs, vc, args.groupings, workers=args.workers, cycle_when_due=not args.event_only)
         return
     if args.jitter > 0:
         jitter_matrix(jobs, vc, args.jitter, workers=args.workers, cycle_when_due=not args.event_only)

@@ -48,6 +48,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "reads it), applied over --policy: simulate the policy a cluster is configured with")
     h.add_argument("--departments", type=int, default=0, help="group the VCs into this many departments (parent "
                    "queues; VCs dealt out largest first), and report fairness per department too")
+    h.add_argument("--grouping-seed", type=int, metavar="SEED", help="with --departments: deal the VCs out in the "
+                   "random order of this seed instead of largest first (another grouping, as "
+                   "`make bench-philly-groupings` replays several)")
     h.add_argument("--las", action="store_true", help="every queue orders its jobs by least attained service and "
                    "every job may checkpoint (Tiresias' assumption): the las plugin added to the policy")
     h.add_argument("--preemptor-delay", type=float, metavar="SECONDS", help="every tenant queue's "
@@ -147,6 +150,8 @@ def run_philly(args: argparse.Namespace) -> int:
         return _fail("--nodes and --gpus-per-node must be positive")
     if args.departments < 0:
         return _fail("--departments must not be negative")
+    if args.grouping_seed is not None and args.departments < 1:
+        return _fail("--grouping-seed groups the VCs into departments: give --departments too")
     if (args.start is None) != (args.count is None):
         return _fail("--from and --count go together: a window is where it starts and how many jobs it holds")
     delay = philly.PREEMPTOR_DELAY_S if args.preemptor_delay is None else args.preemptor_delay
@@ -169,7 +174,8 @@ def run_philly(args: argparse.Namespace) -> int:
         with _replacing(args.decisions) if args.decisions else contextlib.nullcontext() as log:
             res = philly.simulate(jobs, vc, args.policy, args.nodes, args.gpus_per_node,
                                   progress=lambda s: print(f"ferry: {s}", file=sys.stderr, flush=True), notes=notes,
-                                  config=config, departments=args.departments, las=args.las,
+                                  config=config, departments=args.departments, grouping_seed=args.grouping_seed,
+                                  las=args.las,
                                   preemptor_delay_s=delay, victim_grace_s=grace, cycle_when_due=not args.event_only,
                                   decisions=None if log is None else functools.partial(_write_decisions, log))
     except (TraceError, ValueError, OSError) as exc:
@@ -189,6 +195,9 @@ def run_philly(args: argparse.Namespace) -> int:
         keys = ("avg_wait_s", "avg_first_wait_s", "p50_wait_s", "p99_wait_s", "max_wait_s", "avg_jct_s",
                 "gpu_utilization", "jain_fairness", "jain_daily_mean", "preemptions", "wasted_gpu_s")
         print(" ".join(f"{k}={metrics[k]}" for k in keys))
+        if metrics["departments"]:  # each department's teams, and what it received per GPU-second it was entitled to
+            print("departments: " + "; ".join(f"{d} ({' '.join(metrics['department_teams'][d])}) {share}"
+                                              for d, share in metrics["departments"].items()))
         if metrics["evictions_by_rule"]:
             print(philly.eviction_costs(metrics["evictions_by_rule"]))
     return 0

@@ -115,12 +115,17 @@ class _Live:
     stopped_at: float | None = None
 
 
-def departments_of(vc_nodes: dict[str, int], count: int) -> dict[str, str]:
+def departments_of(vc_nodes: dict[str, int], count: int, seed: int | None = None) -> dict[str, str]:
     """VC -> department: the VCs dealt out largest first (then by name) to ``count`` departments in turn,
-    so each department gets a like mix of big and small teams. No departments for ``count`` < 1."""
+    so each department gets a like mix of big and small teams; with ``seed``, dealt in a random order of
+    that seed instead (as many VCs per department): another grouping, for what the grouping itself decides
+    (``make bench-philly-groupings``). No departments for ``count`` < 1."""
     if count < 1:
         return {}
     ranked = sorted(vc_nodes, key=lambda t: (-vc_nodes[t], t))
+    if seed is not None:
+        ranked = sorted(vc_nodes)
+        random.Random(seed).shuffle(ranked)
     return {t: f"dept-{i % count}" for i, t in enumerate(ranked)}
 
 
@@ -230,13 +235,15 @@ def window(jobs: list[TraceJob], start: datetime, count: int) -> list[TraceJob]:
 def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes: int = 96,
              gpus_per_node: int = 8, progress: Callable[[str], None] | None = None,
              notes: list[str] | None = None, config: SchedulerConfig | None = None,
-             departments: int = 0, movable: Callable[[TraceJob], bool] | None = None,
+             departments: int = 0, grouping_seed: int | None = None,
+             movable: Callable[[TraceJob], bool] | None = None,
              las: bool = False, preemptor_delay_s: float = PREEMPTOR_DELAY_S,
              victim_grace_s: float = VICTIM_GRACE_S, cycle_when_due: bool = True,
              decisions: Callable[[float, list[Decision]], None] | None = None) -> PhillyResult:
     """Replay ``jobs``; with ``departments`` the VCs become teams of that many departments
-    (:func:`departments_of`) and fairness is also reported per department; ``movable`` says which jobs
-    may be moved by consolidation (all may checkpoint: a move loses the work since its notice). With
+    (:func:`departments_of`, dealt in the random order of ``grouping_seed`` if given) and fairness is also
+    reported per department; ``movable`` says which jobs may be moved by consolidation (all may checkpoint:
+    a move loses the work since its notice). With
     ``las`` every queue orders its jobs by least attained service and every job is movable, as Tiresias
     assumes (the ``las`` plugin is added to the configuration). ``preemptor_delay_s`` and ``victim_grace_s``
     are every tenant queue's settings of those names. The replay cycles on every arrival and completion
@@ -257,7 +264,7 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
         else:
             runnable.append(j)
     tenants = {j.tenant for j in runnable}
-    dept_of = departments_of(vc_nodes, departments)
+    dept_of = departments_of(vc_nodes, departments, grouping_seed)
     if preemptor_delay_s < 0 or victim_grace_s < 0:
         raise ValueError(f"the preemptor delay and the victim grace must not be negative, got {preemptor_delay_s:g} "
                          f"and {victim_grace_s:g} s")
@@ -438,6 +445,7 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
         # jain_fairness without departments
         "jain_departments": round(jain_index([r / e for r, e in by_dept.values() if e > 0]), 4),
         "departments": {d: round(r / e, 4) if e else None for d, (r, e) in sorted(by_dept.items())} if dept_of else {},
+        "department_teams": {d: sorted(t for t in dept_of if dept_of[t] == d) for d in sorted(set(dept_of.values()))},
         # Jain over each day's GPU-seconds received vs entitled, averaged over days: fairness over time
         "jain_daily_mean": round(sum(days) / len(days), 4) if days else 1.0,
         "jain_daily_min": round(min(days), 4) if days else 1.0,

@@ -6,12 +6,13 @@ import csv
 import json
 import subprocess
 import sys
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from scheduler.bench.philly import cell_misses, held_out, las_verdict
+from scheduler.bench.philly import cell_misses, groupings, held_out, las_verdict
 from scheduler.sim import openb, philly
 from scheduler.sim.gorand import GoRand
 from scheduler.sim.traces import TRACES, Problems, TraceError
@@ -115,11 +116,25 @@ def test_philly_departments_deal_vcs_largest_first_and_entitle_inside_a_departme
     assert flat["a"] == pytest.approx(8 / 3)
 
 
+def test_philly_groupings_of_a_seed_are_the_same_every_time_and_as_even_as_dealing_largest_first() -> None:
+    vc = {f"vc{i}": 12 - i for i in range(11)}
+    dealt = philly.departments_of(vc, 3)
+    grouped = {seed: philly.departments_of(vc, 3, seed) for seed in range(1, 9)}
+    assert grouped[1] == philly.departments_of(dict(reversed(vc.items())), 3, 1)  # the seed, not the input order
+    for g in grouped.values():
+        assert set(g) == set(vc)
+        assert sorted(Counter(g.values()).values()) == sorted(Counter(dealt.values()).values())  # 4, 4, 3
+    # different seeds give different groupings, and not all of them the largest-first one
+    assert len({tuple(sorted(g.items())) for g in grouped.values()}) > 1
+    assert any(g != dealt for g in grouped.values())
+
+
 def test_philly_with_departments_reports_fairness_per_department() -> None:
     jobs = _jobs([(0, 100, 8, "a"), (0, 100, 8, "b"), (1, 100, 8, "c"), (1, 100, 8, "d")])
     vc = {"a": 1, "b": 1, "c": 1, "d": 1}
     res = philly.simulate(jobs, vc, "ferry", nodes=2, gpus_per_node=8, departments=2).metrics
     assert set(res["departments"]) == {"dept-0", "dept-1"}
+    assert res["department_teams"] == {"dept-0": ["a", "c"], "dept-1": ["b", "d"]}
     assert res["jain_departments"] > 0.99  # each department ran one of its two jobs at a time
     assert philly.simulate(jobs, vc, "ferry", nodes=2, gpus_per_node=8).metrics["departments"] == {}
 
@@ -278,9 +293,17 @@ def test_simulate_cli_replays_a_window_of_consecutive_jobs_from_a_day(tmp_path: 
                          (("--from", "1970-01-02", "--count", "0"), "at least one job, got 0"),
                          (("--from", "1970-01-04", "--count", "2"), "no usable jobs from 1970-01-04 on"),
                          (("--month", "2", "--from", "1970-01-02", "--count", "2"),
-                          "no usable jobs in month 2 from 1970-01-02 on")):
+                          "no usable jobs in month 2 from 1970-01-02 on"),
+                         (("--grouping-seed", "3"), "--grouping-seed groups the VCs into departments")):
         bad = run(*flags)
         assert bad.returncode != 0 and words in bad.stderr, bad.stderr
+    # another grouping of the VCs, and the grouping said where the figures are
+    text = subprocess.run([sys.executable, "-m", "ferry", "simulate", "philly", "--jobs", str(tmp_path / "jobs.csv"),
+                           "--vc-nodes", str(tmp_path / "vc.csv"), "--nodes", "1", "--departments", "2",
+                           "--grouping-seed", "1"], capture_output=True, text=True)
+    assert text.returncode == 0, text.stderr
+    assert sorted(text.stdout.split("departments: ")[1].split("; ")[i].split(" ")[1] for i in (0, 1)) == [
+        "(a)", "(b)"]
 
 
 def test_a_slice_misses_each_check_it_fails() -> None:
@@ -309,6 +332,20 @@ def test_held_out_slices_are_checked_and_counted(tmp_path: Path) -> None:
     # replays in worker processes, several at a time: the same lines in the same order
     assert held_out(jobs, {"a": 1, "b": 1}, sizes={1: (1,), 2: (1,)}, windows=(("1970-02-01", 5, 1),),
                     workers=2) == lines
+
+
+def test_groupings_compare_each_grouping_of_the_departments_with_flat_queues() -> None:
+    # one node: four tenants' 8-GPU jobs queue; each grouping is replayed and set beside flat queues
+    jobs = _jobs([(t, 100 * (1 + i), 8, tenant) for t, (i, tenant) in enumerate(
+        [(0, "a"), (1, "b"), (2, "c"), (3, "d"), (0, "a"), (3, "d"), (1, "b"), (2, "c")])])
+    vc = {"a": 4, "b": 3, "c": 2, "d": 1}
+    lines = groupings(jobs, vc, seeds=3, nodes=1)
+    assert lines[1].startswith("groupings: flat queues avg ")
+    assert [line.split()[0] for line in lines[2:6]] == ["largest", "seed", "seed", "seed"]
+    assert lines[2].endswith("[a d; b; c]")  # dealt largest first to three departments in turn
+    assert all(line.count(";") == 2 for line in lines[2:6])  # every grouping: three departments
+    assert lines[-1].startswith("random groupings: avg ") and lines[-1].endswith(" of 3")
+    assert groupings(jobs, vc, seeds=3, nodes=1, workers=2) == lines
 
 
 def test_philly_cycles_when_a_rule_falls_due_not_only_on_the_next_event() -> None:
