@@ -221,18 +221,18 @@ def _span(values: list[Any]) -> str:
 DEPARTMENTS = 3
 
 
-def _change(new: float, old: float) -> str:
-    return f"{100 * (new - old) / old:+.1f} %" if old else "n/a"
-
-
-DEPARTMENTS_BOUND_PCT = 5.0  # issue 15: departments' avg and p99 wait within this much of flat queues'
-
-
 def _pct(new: float, old: float) -> float:
     """How much ``new`` exceeds ``old``, in per cent of ``old`` (no wait before: 0 if none now either)."""
     if old:
         return 100 * (new - old) / old
     return 0.0 if new == old else float("inf")
+
+
+def _change(new: float, old: float) -> str:
+    return f"{_pct(new, old):+.1f} %" if old else "n/a"
+
+
+DEPARTMENTS_BOUND_PCT = 5.0  # issue 15: departments' avg and p99 wait within this much of flat queues'
 
 
 def groupings(jobs: list[philly.TraceJob], vc: dict[str, int], seeds: int, workers: int = 1,

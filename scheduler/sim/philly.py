@@ -122,9 +122,10 @@ def departments_of(vc_nodes: dict[str, int], count: int, seed: int | None = None
     (``make bench-philly-groupings``). No departments for ``count`` < 1."""
     if count < 1:
         return {}
-    ranked = sorted(vc_nodes, key=lambda t: (-vc_nodes[t], t))
-    if seed is not None:
-        ranked = sorted(vc_nodes)
+    if seed is None:
+        ranked = sorted(vc_nodes, key=lambda t: (-vc_nodes[t], t))
+    else:
+        ranked = sorted(vc_nodes)  # the seed alone decides, not the order the VCs were read in
         random.Random(seed).shuffle(ranked)
     return {t: f"dept-{i % count}" for i, t in enumerate(ranked)}
 
@@ -243,14 +244,14 @@ def simulate(jobs: list[TraceJob], vc_nodes: dict[str, int], policy: str, nodes:
     """Replay ``jobs``; with ``departments`` the VCs become teams of that many departments
     (:func:`departments_of`, dealt in the random order of ``grouping_seed`` if given) and fairness is also
     reported per department; ``movable`` says which jobs may be moved by consolidation (all may checkpoint:
-    a move loses the work since its notice). With
-    ``las`` every queue orders its jobs by least attained service and every job is movable, as Tiresias
-    assumes (the ``las`` plugin is added to the configuration). ``preemptor_delay_s`` and ``victim_grace_s``
-    are every tenant queue's settings of those names. The replay cycles on every arrival and completion
-    and, with ``cycle_when_due`` (the default), whenever a rule that waits for time falls due
-    (``Scheduler.due``: a victim's deadline, the end of a preemptor delay, ...) and one service period after
-    a cycle an action cut short at its budget, as the service, cycling every period, does; without it a
-    victim stays until the next event after its deadline (the event-only replay of earlier figures, faster).
+    a move loses the work since its notice). With ``las`` every queue orders its jobs by least attained
+    service and every job is movable, as Tiresias assumes (the ``las`` plugin is added to the configuration).
+    ``preemptor_delay_s`` and ``victim_grace_s`` are every tenant queue's settings of those names. The replay
+    cycles on every arrival and completion and, with ``cycle_when_due`` (the default), whenever a rule that
+    waits for time falls due (``Scheduler.due``: a victim's deadline, the end of a preemptor delay, ...) and
+    one service period after a cycle an action cut short at its budget, as the service, cycling every period,
+    does; without it a victim stays until the next event after its deadline (the event-only replay of
+    earlier figures, faster).
     ``decisions`` is given every cycle's decisions with the replay's time, in order: what was decided, and
     why, for each job (``j<n>.<run>``: the trace's n-th job the cluster can hold, in arrival order, 0 first;
     its runs counted from 0)."""
