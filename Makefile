@@ -95,7 +95,7 @@ bench-philly-jitter: $(STAMP)
 	$(BIN)/python -m scheduler.bench.philly --jitter 3
 
 # The departments at the headline, VCs grouped largest first and in 8 random orders, each against flat
-# queues: how much of their cost is the grouping's (~25 min on 2 cores).
+# queues: how much of their cost is the grouping's (~16 min on 2 cores).
 bench-philly-groupings: $(STAMP)
 	$(BIN)/python -m scheduler.bench.philly --groupings 8
 
