@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 DEMO_DIR ?= .demo
 
 .PHONY: all venv binaries test test-unit test-integration test-faults soak overload lint typecheck demo demo-down down e2e e2e-kind \
-        bench bench-core bench-openb bench-philly bench-philly-heldout bench-philly-jitter bench-philly-groupings bench-consolidation bench-scheduler bench-bridge bench-replay image clean
+        bench bench-core bench-openb bench-philly bench-philly-heldout bench-philly-jitter bench-philly-groupings bench-synthetic bench-consolidation bench-scheduler bench-bridge bench-replay image clean
 
 all: test
 
@@ -98,6 +98,11 @@ bench-philly-jitter: $(STAMP)
 # queues: how much of their cost is the grouping's (~16 min on 2 cores).
 bench-philly-groupings: $(STAMP)
 	$(BIN)/python -m scheduler.bench.philly --groupings 8
+
+# The ferry and volcano presets on synthetic workloads no rule was shaped on (12 seeds x 3 loads, the
+# matrix's checks on each; ~3-5 min on 2 cores).
+bench-synthetic: $(STAMP)
+	$(BIN)/python -m scheduler.bench.synthetic
 
 bench-consolidation: $(STAMP)
 	$(BIN)/python -m scheduler.bench.consolidation

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.bench.philly import cell_misses, groupings, held_out, las_verdict
-from scheduler.sim import openb, philly
+from scheduler.sim import openb, philly, synthetic
 from scheduler.sim.gorand import GoRand
 from scheduler.sim.traces import TRACES, Problems, TraceError
 
@@ -381,3 +381,27 @@ def test_a_jittered_trace_moves_each_duration_by_at_most_a_second_and_keeps_the_
     assert [j.submit for j in one] == [j.submit for j in jobs]
     assert all(abs(a.duration - b.duration) <= 1.0 and a.duration >= 1.0 for a, b in zip(one, jobs, strict=True))
     assert {round(a.duration - b.duration) for a, b in zip(one, jobs, strict=True) if b.duration > 2} == {-1, 0, 1}
+
+
+def test_a_synthetic_workload_is_its_seed_and_its_load_only_stretches_time() -> None:
+    a, again = synthetic.generate(7, 300, 16, 0.9), synthetic.generate(7, 300, 16, 0.9)
+    assert a.jobs == again.jobs and a.vc_nodes == again.vc_nodes
+    assert synthetic.generate(8, 300, 16, 0.9).jobs != a.jobs
+    light = synthetic.generate(7, 300, 16, 0.45)
+    assert Counter((j.gpus, j.duration, j.tenant) for j in light.jobs) == Counter((j.gpus, j.duration, j.tenant)
+                                                                          for j in a.jobs)
+    assert light.span_s == pytest.approx(2 * a.span_s)
+    work = sum(j.gpus * j.duration for j in a.jobs)
+    assert work / (16 * 8 * a.span_s) == pytest.approx(0.9, rel=0.01)  # the offered load asked for
+    assert all(j.gpus in synthetic.SIZES and j.gpus <= 16 * 8 // 2 for j in a.jobs)
+    assert {j.tenant for j in a.jobs} >= set(a.vc_nodes) and sum(a.vc_nodes.values()) >= 1
+    with pytest.raises(ValueError, match="positive load"):
+        synthetic.generate(7, 300, 16, 0)
+
+
+def test_synthetic_report_replays_both_presets_and_counts_the_checks_per_load() -> None:
+    from scheduler.bench.synthetic import report
+    lines = report(range(1, 3), (0.5,), 120, 4, workers=1)
+    assert len([ln for ln in lines if "ferry" in ln and "volcano" in ln and "\n" in ln]) == 2
+    summary = lines[-1]
+    assert summary.startswith("  load 0.5: ") and " of 2 (avg " in summary
