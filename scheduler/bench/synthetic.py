@@ -4,7 +4,9 @@ wait at most the volcano preset's, utilisation at least its minus 0.5 point, Jai
 
 The workloads are drawn from seeds over ranges fixed before any replay; they are checks, not data to tune
 on. The report gives every workload's figures and verdict, then per offered load how many pass each check
-and the median ratio of ferry's waits to the volcano preset's."""
+and the median ratio of ferry's waits to the volcano preset's. Each workload's waits are also split by
+who waits: jobs of tenants that ask for no more than their guarantee, and of those that ask for more (the
+borrowers), for a guarantee moves waiting from the first to the second."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Any
 
 from scheduler.bench.philly import Replay, cell_misses, replays
 from scheduler.sim import synthetic
+from scheduler.sim.philly import PhillyResult
 
 LOADS = (0.7, 0.9, 1.1)
 CHECKS = ("avg", "p99", "util", "jain")
@@ -27,6 +30,29 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b
 
 
+def borrowers(w: synthetic.Workload) -> set[str]:
+    """The tenants that ask for more than their guarantee: a larger share of the workload's GPU-seconds
+    than of the guaranteed nodes (every tenant without a guarantee)."""
+    work: dict[str, float] = {}
+    for j in w.jobs:
+        work[j.tenant] = work.get(j.tenant, 0.0) + j.gpus * j.duration
+    total_work, total_vc = sum(work.values()) or 1.0, sum(w.vc_nodes.values()) or 1
+    return {t for t, gs in work.items() if gs / total_work > w.vc_nodes.get(t, 0) / total_vc}
+
+
+def split_waits(res: PhillyResult, beyond: set[str]) -> tuple[float | None, float | None]:
+    """Average wait of the jobs of tenants within their guarantee, and of the borrowers' (None: no such job)."""
+    within: list[float] = []
+    borrowing: list[float] = []
+    for tenant, waits in res.tenant_waits.items():
+        (borrowing if tenant in beyond else within).extend(waits)
+    return _mean(within), _mean(borrowing)
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(statistics.fmean(values), 1) if values else None
+
+
 def report(seeds: range, loads: tuple[float, ...], jobs: int, nodes: int, workers: int) -> list[str]:
     """Replay every (seed, load) workload under both presets and print each verdict, then the summary."""
     works = [synthetic.generate(seed, jobs, nodes, load) for seed in seeds for load in loads]
@@ -35,27 +61,37 @@ def report(seeds: range, loads: tuple[float, ...], jobs: int, nodes: int, worker
     lines = [f"synthetic workloads: {len(seeds)} seeds x loads {', '.join(f'{x:g}' for x in loads)}, "
              f"{jobs} jobs on {nodes} x 8 GPUs; each: ferry | volcano avg/p99 wait s, util %, Jain"]
     print(lines[0], flush=True)
-    by_load: dict[float, list[tuple[list[str], float | None, float | None]]] = {x: [] for x in loads}
+    # per load, per workload: the misses, then ferry/volcano ratios of avg, p99, within-guarantee and
+    # borrowers' avg wait
+    by_load: dict[float, list[tuple[list[str], list[float | None]]]] = {x: [] for x in loads}
     for w in works:
         (f, _), (v, _) = next(done), next(done)
         fm, vm = f.metrics, v.metrics
         misses = cell_misses(fm, vm)
-        by_load[w.load].append((misses, _ratio(fm["avg_wait_s"], vm["avg_wait_s"]),
-                                _ratio(fm["p99_wait_s"], vm["p99_wait_s"])))
+        beyond = borrowers(w)
+        (f_in, f_out), (v_in, v_out) = split_waits(f, beyond), split_waits(v, beyond)
+        by_load[w.load].append((misses, [_ratio(fm["avg_wait_s"], vm["avg_wait_s"]),
+                                         _ratio(fm["p99_wait_s"], vm["p99_wait_s"]),
+                                         _ratio(f_in, v_in), _ratio(f_out, v_out)]))
         lines.append(f"  {w.describe()}\n    ferry {_cell(fm)} | volcano {_cell(vm)}  "
-                     + ("ok" if not misses else "MISS " + ",".join(misses)))
+                     + ("ok" if not misses else "MISS " + ",".join(misses))
+                     + f"\n    avg wait within their guarantee {_f(f_in)} | {_f(v_in)} s; "
+                     f"borrowers ({', '.join(sorted(beyond)) or 'none'}) {_f(f_out)} | {_f(v_out)} s")
         print(lines[-1], flush=True)
     lines.append("summary by offered load: workloads passing every check; passing each; median ferry/volcano "
-                 "avg and p99 wait")
+                 "avg and p99 wait, and avg wait of the tenants within their guarantee and of the borrowers")
     for load, rows in by_load.items():
-        each = ", ".join(f"{c} {sum(c not in m for m, _, _ in rows)}" for c in CHECKS)
-        avg = [r for _, r, _ in rows if r is not None]
-        p99 = [r for _, _, r in rows if r is not None]
-        lines.append(f"  load {load:g}: {sum(not m for m, _, _ in rows)} of {len(rows)} ({each}); "
-                     f"avg {_median(avg)}, p99 {_median(p99)}")
+        each = ", ".join(f"{c} {sum(c not in m for m, _ in rows)}" for c in CHECKS)
+        med = [_median([x for _, r in rows if (x := r[k]) is not None]) for k in range(4)]
+        lines.append(f"  load {load:g}: {sum(not m for m, _ in rows)} of {len(rows)} ({each}); "
+                     f"avg {med[0]}, p99 {med[1]}; within {med[2]}, borrowers {med[3]}")
     for line in lines[-len(by_load) - 1:]:
         print(line, flush=True)
     return lines
+
+
+def _f(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
 
 
 def _cell(m: dict[str, Any]) -> str:

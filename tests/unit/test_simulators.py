@@ -402,6 +402,16 @@ def test_a_synthetic_workload_is_its_seed_and_its_load_only_stretches_time() -> 
 def test_synthetic_report_replays_both_presets_and_counts_the_checks_per_load() -> None:
     from scheduler.bench.synthetic import report
     lines = report(range(1, 3), (0.5,), 120, 4, workers=1)
-    assert len([ln for ln in lines if "ferry" in ln and "volcano" in ln and "\n" in ln]) == 2
+    assert len([ln for ln in lines if "ferry" in ln and "volcano" in ln and "borrowers (" in ln]) == 2
     summary = lines[-1]
-    assert summary.startswith("  load 0.5: ") and " of 2 (avg " in summary
+    assert summary.startswith("  load 0.5: ") and " of 2 (avg " in summary and "borrowers " in summary
+
+
+def test_synthetic_borrowers_ask_a_larger_share_of_the_work_than_of_the_guarantees() -> None:
+    from scheduler.bench.synthetic import borrowers, split_waits
+    w = synthetic.Workload(0, 1.0, 4, [philly.TraceJob(0.0, 100.0, 8, "big"), philly.TraceJob(1.0, 10.0, 1, "small"),
+                                       philly.TraceJob(2.0, 50.0, 1, "free")], {"big": 1, "small": 3}, 100.0)
+    assert borrowers(w) == {"big", "free"}  # 800 of 860 GPU-s on a quarter of the nodes; no guarantee at all
+    res = philly.PhillyResult("ferry", {}, [], {"big": [30.0, 10.0], "small": [4.0], "free": [2.0]})
+    assert split_waits(res, {"big", "free"}) == (4.0, 14.0)
+    assert split_waits(res, set()) == (11.5, None)
