@@ -42,6 +42,7 @@ class Workload:
     jobs: list[TraceJob]
     vc_nodes: dict[str, int]  # tenant -> guaranteed nodes (tenants without one are absent)
     span_s: float  # submission span
+    gpus_per_node: int = 8
 
     def describe(self) -> str:
         tenants = sorted({j.tenant for j in self.jobs})
@@ -49,7 +50,7 @@ class Workload:
         one = sum(1 for j in self.jobs if j.gpus == 1)
         return (f"seed {self.seed}: {len(tenants)} tenants ({len(tenants) - len(self.vc_nodes)} without a guarantee), "
                 f"{len(self.jobs)} jobs ({one} of 1 GPU, {big} above 8), {self.span_s / 86400:.1f} days, "
-                f"offered load {self.load:.2f} of {self.nodes} x 8 GPUs")
+                f"offered load {self.load:.2f} of {self.nodes} x {self.gpus_per_node} GPUs")
 
 
 def generate(seed: int, jobs: int, nodes: int, load: float, gpus_per_node: int = 8) -> Workload:
@@ -99,4 +100,4 @@ def generate(seed: int, jobs: int, nodes: int, load: float, gpus_per_node: int =
                 t += rng.expovariate(1 / BURST_GAP_S)
             k += size
     out.sort(key=lambda j: (j.submit, j.tenant))
-    return Workload(seed, load, nodes, out, vc_nodes, span)
+    return Workload(seed, load, nodes, out, vc_nodes, span, gpus_per_node)
