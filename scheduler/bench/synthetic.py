@@ -14,9 +14,8 @@ import argparse
 import os
 import statistics
 import time
-from typing import Any
 
-from scheduler.bench.philly import Replay, cell_misses, replays
+from scheduler.bench.philly import Replay, _f, _row, cell_misses, replays
 from scheduler.sim import synthetic
 from scheduler.sim.philly import PhillyResult
 
@@ -73,7 +72,7 @@ def report(seeds: range, loads: tuple[float, ...], jobs: int, nodes: int, worker
         by_load[w.load].append((misses, [_ratio(fm["avg_wait_s"], vm["avg_wait_s"]),
                                          _ratio(fm["p99_wait_s"], vm["p99_wait_s"]),
                                          _ratio(f_in, v_in), _ratio(f_out, v_out)]))
-        lines.append(f"  {w.describe()}\n    ferry {_cell(fm)} | volcano {_cell(vm)}  "
+        lines.append(f"  {w.describe()}\n    {_row({'ferry': fm, 'volcano': vm})}  "
                      + ("ok" if not misses else "MISS " + ",".join(misses))
                      + f"\n    avg wait within their guarantee {_f(f_in)} | {_f(v_in)} s; "
                      f"borrowers ({', '.join(sorted(beyond)) or 'none'}) {_f(f_out)} | {_f(v_out)} s")
@@ -88,14 +87,6 @@ def report(seeds: range, loads: tuple[float, ...], jobs: int, nodes: int, worker
     for line in lines[-len(by_load) - 1:]:
         print(line, flush=True)
     return lines
-
-
-def _f(value: float | None) -> str:
-    return "-" if value is None else f"{value:g}"
-
-
-def _cell(m: dict[str, Any]) -> str:
-    return f"{m['avg_wait_s']} / {m['p99_wait_s']} / {m['gpu_utilization']} / {m['jain_fairness']}"
 
 
 def _median(values: list[float]) -> str:
