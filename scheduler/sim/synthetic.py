@@ -70,10 +70,10 @@ def generate(seed: int, jobs: int, nodes: int, load: float, gpus_per_node: int =
     vc_nodes = {t: max(1, round(nodes * g / total)) for t, g in guarantee.items()}
     demand = [rng.paretovariate(PARETO_SHAPE) for _ in names]  # independent of guarantees: some borrow
     largest = max(s for s in SIZES if s <= nodes * gpus_per_node // 2 or s == 1)
+    sizes = [s for s in SIZES if s <= largest]
     profiles = []
     for _ in names:
         decay = rng.uniform(*SIZE_DECAY)
-        sizes = [s for s in SIZES if s <= largest]
         weights = [decay ** k for k in range(len(sizes))]
         median = math.exp(rng.uniform(math.log(MEDIAN_RUN_S[0]), math.log(MEDIAN_RUN_S[1])))
         sigma = rng.uniform(*RUN_SIGMA)
