@@ -31,7 +31,7 @@ KEYS = ("avg_wait_s", "avg_first_wait_s", "p50_wait_s", "p99_wait_s", "max_wait_
 MATRIX_NODES = (88, 96, 112)
 
 
-def _f(value: object) -> str:
+def metric_text(value: object) -> str:
     """A metric as printed: a slice where no job waited has no utilisation while jobs wait."""
     return "-" if value is None else str(value)
 
@@ -67,10 +67,15 @@ def _timed(call: Replay) -> tuple[philly.PhillyResult, float]:
     return res, time.monotonic() - t0
 
 
-def _row(cell: dict[str, dict[str, Any]]) -> str:
-    """Each policy's avg and p99 wait, utilisation and Jain on one slice."""
-    return " | ".join(f"{p} {_f(m['avg_wait_s']):>7} {_f(m['p99_wait_s']):>8} {_f(m['gpu_utilization']):>6} "
-                      f"{_f(m['jain_fairness']):>6}" for p, m in cell.items())
+def metric_columns(m: dict[str, Any]) -> str:
+    """One policy's avg and p99 wait, utilisation and Jain, in fixed-width columns."""
+    return (f"{metric_text(m['avg_wait_s']):>7} {metric_text(m['p99_wait_s']):>8} "
+            f"{metric_text(m['gpu_utilization']):>6} {metric_text(m['jain_fairness']):>6}")
+
+
+def policy_row(cell: dict[str, dict[str, Any]]) -> str:
+    """Each policy's columns on one slice."""
+    return " | ".join(f"{p} {metric_columns(m)}" for p, m in cell.items())
 
 
 def _verdict(misses: list[str]) -> str:
@@ -98,8 +103,7 @@ def las_verdict(las: dict[str, float], volcano: dict[str, float], fifo: dict[str
     # the same ratio for the wait before a job's first run alone: what evicted jobs' new runs add is the rest
     first = (f"{las['avg_first_wait_s'] / volcano['avg_first_wait_s']:.2f}x"
              if volcano["avg_first_wait_s"] and las["avg_first_wait_s"] is not None else "n/a")
-    return (f"ferry+las {_f(las['avg_wait_s']):>7} {_f(las['p99_wait_s']):>8} {_f(las['gpu_utilization']):>6} "
-            f"{_f(las['jain_fairness']):>6} avg {ratio} volcano (before first runs {first}), "
+    return (f"ferry+las {metric_columns(las)} avg {ratio} volcano (before first runs {first}), "
             f"big p99 {las['big_jobs_p99_wait_s']}, "
             f"{las['preemptions']} preemptions, {las['wasted_gpu_s']:.0f} GPU-s lost  "
             + _verdict(misses))
@@ -129,7 +133,7 @@ def matrix(jobs: list[philly.TraceJob], vc: dict[str, int], policies: list[str],
                 print(lines[-1], flush=True)
                 continue
             cell = {policy: next(done)[0].metrics for policy in policies}
-            row = _row(cell)
+            row = policy_row(cell)
             verdict = ""
             if "ferry" in cell and "volcano" in cell:
                 misses = cell_misses(cell["ferry"], cell["volcano"])
@@ -174,7 +178,7 @@ def held_out(jobs: list[philly.TraceJob], vc: dict[str, int], cycle_when_due: bo
     failures = 0
     for label, _, _ in slices:
         cell = {policy: next(done)[0].metrics for policy in policies}
-        row = _row(cell)
+        row = policy_row(cell)
         misses = cell_misses(cell["ferry"], cell["volcano"])
         failures += bool(misses)
         lines.append(f"{label:>22} {row}  {_verdict(misses)}")

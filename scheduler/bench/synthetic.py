@@ -15,7 +15,7 @@ import os
 import statistics
 import time
 
-from scheduler.bench.philly import Replay, _f, _row, cell_misses, replays
+from scheduler.bench.philly import Replay, cell_misses, metric_text, policy_row, replays
 from scheduler.sim import synthetic
 from scheduler.sim.philly import PhillyResult
 
@@ -72,10 +72,10 @@ def report(seeds: range, loads: tuple[float, ...], jobs: int, nodes: int, worker
         by_load[w.load].append((misses, [_ratio(fm["avg_wait_s"], vm["avg_wait_s"]),
                                          _ratio(fm["p99_wait_s"], vm["p99_wait_s"]),
                                          _ratio(f_in, v_in), _ratio(f_out, v_out)]))
-        lines.append(f"  {w.describe()}\n    {_row({'ferry': fm, 'volcano': vm})}  "
+        lines.append(f"  {w.describe()}\n    {policy_row({'ferry': fm, 'volcano': vm})}  "
                      + ("ok" if not misses else "MISS " + ",".join(misses))
-                     + f"\n    avg wait within their guarantee {_f(f_in)} | {_f(v_in)} s; "
-                     f"borrowers ({', '.join(sorted(beyond)) or 'none'}) {_f(f_out)} | {_f(v_out)} s")
+                     + f"\n    avg wait within their guarantee {metric_text(f_in)} | {metric_text(v_in)} s; "
+                     f"borrowers ({', '.join(sorted(beyond)) or 'none'}) {metric_text(f_out)} | {metric_text(v_out)} s")
         print(lines[-1], flush=True)
     lines.append("summary by offered load: workloads passing every check; passing each; median ferry/volcano "
                  "avg and p99 wait, and avg wait of the tenants within their guarantee and of the borrowers")
