@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,40 +43,49 @@ class Volcano:
 
 
 def ensure_volcano(progress: Progress = _print_progress) -> Volcano:
-    _, _, go_text = go_version()
-    key = f"volcano-{VOLCANO_VERSION}-{hashlib.sha256(go_text.encode()).hexdigest()[:8]}"
-    final = cache_root() / "peers" / key
-    if (final / ".complete").exists():
-        return Volcano(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    progress(f"building Volcano's scheduler {VOLCANO_VERSION} from its Go module into {final}")
-    module = _download(VOLCANO_MODULE, VOLCANO_VERSION)
-    with tempfile.TemporaryDirectory(dir=final.parent, prefix=f".{key}-") as tmp:
-        staging = Path(tmp)
-        src = staging / "src"
-        shutil.copytree(str(module["Dir"]), src)
-        for p in [src, *src.rglob("*")]:
-            p.chmod(p.stat().st_mode | 0o200)
+    def make(src: Path, out: Path, module: dict[str, object]) -> None:
         origin = module.get("Origin")
         _add_staging_apis(src, origin.get("Hash", "") if isinstance(origin, dict) else "")
-        out = staging / "out"
-        out.mkdir()
         _build_one("vc-scheduler", src, "./cmd/scheduler", out / "vc-scheduler", progress)
         shutil.copytree(src / "config" / "crd" / "volcano" / "bases", out / "crds")
         res = subprocess.run([str(out / "vc-scheduler"), "--version"], capture_output=True, text=True, timeout=60,
                              check=False)
         if res.returncode != 0:
             raise BuildError(f"built vc-scheduler does not run: {(res.stderr or res.stdout).strip()[-300:]}")
-        (out / ".complete").write_text(f"{VOLCANO_MODULE} {VOLCANO_VERSION}\n{go_text}\n")
+
+    return Volcano(build_from_module("peers", "Volcano's scheduler", VOLCANO_MODULE, VOLCANO_VERSION, make, progress))
+
+
+def build_from_module(folder: str, what: str, module: str, version: str,
+                      make: Callable[[Path, Path, dict[str, object]], None], progress: Progress) -> Path:
+    """Build ``module@version`` once per Go version into ``cache_root()/folder``: ``make(src, out, info)``
+    builds from a writable copy of the module's files into ``out``, which becomes the cached folder only
+    when it returns (a failed or interrupted build leaves nothing that looks complete)."""
+    _, _, go_text = go_version()
+    key = f"{module.rsplit('/', 1)[-1]}-{version}-{hashlib.sha256(go_text.encode()).hexdigest()[:8]}"
+    final = cache_root() / folder / key
+    if (final / ".complete").exists():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    progress(f"building {what} {version} from its Go module into {final}")
+    info = download_module(module, version)
+    with tempfile.TemporaryDirectory(dir=final.parent, prefix=f".{key}-") as tmp:
+        src, out = Path(tmp) / "src", Path(tmp) / "out"
+        shutil.copytree(str(info["Dir"]), src)
+        for p in [src, *src.rglob("*")]:
+            p.chmod(p.stat().st_mode | 0o200)
+        out.mkdir()
+        make(src, out, info)
+        (out / ".complete").write_text(f"{module} {version}\n{go_text}\n")
         if final.exists():
             shutil.rmtree(final)
         out.rename(final)
-    progress(f"vc-scheduler ready in {time.monotonic() - started:.0f} s: {final}")
-    return Volcano(final)
+    progress(f"{what} ready in {time.monotonic() - started:.0f} s: {final}")
+    return final
 
 
-def _download(module: str, version: str) -> dict[str, object]:
+def download_module(module: str, version: str) -> dict[str, object]:
     res = subprocess.run(["go", "mod", "download", "-json", f"{module}@{version}"], env=_go_env(),
                          capture_output=True, text=True, check=False, cwd=tempfile.gettempdir())
     info: dict[str, object] = json.loads(res.stdout or "{}")

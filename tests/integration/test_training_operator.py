@@ -1,0 +1,168 @@
+"""An unmodified Kubeflow Training Operator (v1.8.1, built from its Go module) in a tenant cluster: its
+PyTorchJobs, gang-scheduled through the Volcano PodGroups it writes, run on the compute cluster through
+the virtual node and end Succeeded; a job deleted while it runs leaves nothing behind in the compute
+cluster."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from ferry.binaries import Binaries
+from ferry.binaries.clients import ensure_training_operator
+from ferry.cluster.planes import ControlPlanes
+from ferry.cluster.process import Component
+from tests.helpers import eventually
+from vnode.naming import UPSTREAM_NS_LABEL
+
+TENANT = "tenant-1"
+OPERATOR_NS = "kubeflow"
+WEBHOOK_SECRET = "training-operator-webhook-cert"
+IMAGE = "docker.io/kubeflowkatib/pytorch-mnist:v1beta1-45c5727"  # the operator's own example (kwok runs none)
+# Where the operator reads its webhook certificate: in a Deployment, the kubelet mounts the Secret its cert
+# rotator fills there; run as a process, the test writes the Secret's files there itself.
+CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
+# What the operator's release installs besides its Deployment: its namespace, the Secret its cert rotator
+# fills and the webhook configuration it injects the CA into (here without webhooks: the apiserver cannot
+# reach a process outside the cluster by a Service name, and validation is not what is tested).
+SETUP = f"""
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {OPERATOR_NS}}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: {WEBHOOK_SECRET}, namespace: {OPERATOR_NS}}}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {{name: validator.training-operator.kubeflow.org}}
+webhooks: []
+"""
+
+
+def _wait(check: Any, timeout: float, what: str) -> Any:
+    """Poll a blocking ``check`` until it returns something truthy, or fail after ``timeout`` s."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if result := check():
+            return result
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def training_operator(planes: ControlPlanes, binaries: Binaries, vnodes: dict[str, Component],
+                      tmp_path_factory: pytest.TempPathFactory) -> Iterator[subprocess.Popen[bytes]]:
+    """The operator watching every namespace of tenant-1, gang scheduler ``volcano``, PyTorchJobs only."""
+    op = ensure_training_operator()
+    kubeconfig = planes.kubeconfig(TENANT)
+    kubectl = [str(binaries.path("kubectl")), f"--kubeconfig={kubeconfig}"]
+    subprocess.run([*kubectl, "apply", "--server-side", "-f", str(op.crds / "kubeflow.org_pytorchjobs.yaml")],
+                   check=True, capture_output=True)
+    subprocess.run([*kubectl, "apply", "-f", "-"], input=SETUP.encode(), check=True, capture_output=True)
+    log_path = tmp_path_factory.mktemp("training-operator") / "operator.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [str(op.binary), "--gang-scheduler-name=volcano", "--enable-scheme=pytorchjob",
+             "--metrics-bind-address=0", "--health-probe-bind-address=0", f"--webhook-server-port={_free_port()}"],
+            env={**os.environ, "KUBECONFIG": str(kubeconfig), "MY_POD_NAMESPACE": OPERATOR_NS},
+            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        def certificate() -> dict[str, str] | None:
+            out = subprocess.run([*kubectl, "-n", OPERATOR_NS, "get", "secret", WEBHOOK_SECRET, "-o", "json"],
+                                 capture_output=True, check=True).stdout
+            data: dict[str, str] = json.loads(out).get("data") or {}
+            return data if {"ca.crt", "tls.crt", "tls.key"} <= data.keys() else None
+
+        data = _wait(certificate, 60, "the operator's cert rotator to fill its Secret")
+        CERT_DIR.mkdir(parents=True, exist_ok=True)
+        for key in ("ca.crt", "tls.crt", "tls.key"):
+            (CERT_DIR / key).write_bytes(base64.b64decode(data[key]))
+        _wait(lambda: b'"pytorchjob-controller", "worker count"' in log_path.read_bytes(), 60,
+              f"the PyTorchJob controller to start (log: {log_path})")
+        assert proc.poll() is None, log_path.read_text()[-2000:]
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def pytorchjob(name: str, workers: int, duration: str) -> dict[str, Any]:
+    """A PyTorchJob as a user writes it: one master and ``workers`` workers of one GPU each."""
+    def replicas(count: int) -> dict[str, Any]:
+        return {"replicas": count, "restartPolicy": "OnFailure", "template": {
+            "metadata": {"annotations": {"kubeferry.io/sim-duration": duration}},
+            "spec": {"containers": [{"name": "pytorch", "image": IMAGE,
+                                     "command": ["python3", "/opt/pytorch-mnist/mnist.py", "--epochs=1"],
+                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name},
+            "spec": {"pytorchReplicaSpecs": {"Master": replicas(1), "Worker": replicas(workers)}}}
+
+
+async def _compute_pods(compute_api: client.ApiClient, tenant_ns: str) -> list[Any]:
+    return list((await client.CoreV1Api(compute_api).list_pod_for_all_namespaces(
+        label_selector=f"{UPSTREAM_NS_LABEL}={tenant_ns}")).items)
+
+
+@pytest.mark.usefixtures("training_operator")
+async def test_a_pytorchjob_runs_through_the_virtual_node_and_succeeds(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    jobs = client.CustomObjectsApi(tenant_api)
+    await jobs.create_namespaced_custom_object("kubeflow.org", "v1", tenant_ns, "pytorchjobs",
+                                               pytorchjob("mnist", workers=3, duration="5s"))
+
+    async def placed() -> list[Any] | None:
+        pods = await _compute_pods(compute_api, tenant_ns)
+        return pods if len(pods) == 4 and all(p.spec.node_name for p in pods) else None
+
+    for pod in await eventually(placed, timeout=90, what="the job's 4 pods bound in the compute cluster"):
+        assert pod.spec.node_name.startswith("gpu-node-"), pod.spec.node_name
+
+    async def succeeded() -> bool:
+        job = await jobs.get_namespaced_custom_object("kubeflow.org", "v1", tenant_ns, "pytorchjobs", "mnist")
+        conditions = (job.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Succeeded" and c["status"] == "True" for c in conditions)
+
+    await eventually(succeeded, timeout=120, what="the PyTorchJob's condition Succeeded")
+    pods = (await client.CoreV1Api(tenant_api).list_namespaced_pod(tenant_ns)).items
+    assert sorted(p.metadata.name for p in pods) == ["mnist-master-0", "mnist-worker-0", "mnist-worker-1",
+                                                     "mnist-worker-2"]
+    assert {p.status.phase for p in pods} == {"Succeeded"}
+    assert {p.spec.node_name for p in pods} == {f"ferry-{TENANT}"}
+
+
+@pytest.mark.usefixtures("training_operator")
+async def test_a_pytorchjob_deleted_while_running_leaves_nothing_in_the_compute_cluster(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    jobs = client.CustomObjectsApi(tenant_api)
+    await jobs.create_namespaced_custom_object("kubeflow.org", "v1", tenant_ns, "pytorchjobs",
+                                               pytorchjob("long", workers=2, duration="600s"))
+
+    async def running() -> bool:
+        pods = await _compute_pods(compute_api, tenant_ns)
+        return len(pods) == 3 and all(p.status.phase == "Running" for p in pods)
+
+    await eventually(running, timeout=90, what="the job's 3 pods Running in the compute cluster")
+    await jobs.delete_namespaced_custom_object("kubeflow.org", "v1", tenant_ns, "pytorchjobs", "long")
+
+    async def gone() -> bool:
+        return not await _compute_pods(compute_api, tenant_ns)
+
+    await eventually(gone, timeout=90, what="the deleted job's compute pods to be gone")
