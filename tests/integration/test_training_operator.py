@@ -70,17 +70,17 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def training_operator(planes: ControlPlanes, binaries: Binaries, vnodes: dict[str, Component],
                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[subprocess.Popen[bytes]]:
-    """The operator watching every namespace of tenant-1, gang scheduler ``volcano``, PyTorchJobs only."""
+    """The operator watching every namespace of tenant-1, gang scheduler ``volcano``, PyTorchJobs and MPIJobs."""
     op = ensure_training_operator()
     kubeconfig = planes.kubeconfig(TENANT)
     kubectl = [str(binaries.path("kubectl")), f"--kubeconfig={kubeconfig}"]
-    subprocess.run([*kubectl, "apply", "--server-side", "-f", str(op.crds / "kubeflow.org_pytorchjobs.yaml")],
-                   check=True, capture_output=True)
+    for crd in ("kubeflow.org_pytorchjobs.yaml", "kubeflow.org_mpijobs.yaml"):
+        subprocess.run([*kubectl, "apply", "--server-side", "-f", str(op.crds / crd)], check=True, capture_output=True)
     subprocess.run([*kubectl, "apply", "-f", "-"], input=SETUP.encode(), check=True, capture_output=True)
     log_path = tmp_path_factory.mktemp("training-operator") / "operator.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [str(op.binary), "--gang-scheduler-name=volcano", "--enable-scheme=pytorchjob",
+            [str(op.binary), "--gang-scheduler-name=volcano", "--enable-scheme=pytorchjob", "--enable-scheme=mpijob",
              "--metrics-bind-address=0", "--health-probe-bind-address=0", f"--webhook-server-port={_free_port()}"],
             env={**os.environ, "KUBECONFIG": str(kubeconfig), "MY_POD_NAMESPACE": OPERATOR_NS},
             stdout=log, stderr=subprocess.STDOUT)
@@ -95,8 +95,8 @@ def training_operator(planes: ControlPlanes, binaries: Binaries, vnodes: dict[st
         CERT_DIR.mkdir(parents=True, exist_ok=True)
         for key in ("ca.crt", "tls.crt", "tls.key"):
             (CERT_DIR / key).write_bytes(base64.b64decode(data[key]))
-        _wait(lambda: b'"pytorchjob-controller", "worker count"' in log_path.read_bytes(), 60,
-              f"the PyTorchJob controller to start (log: {log_path})")
+        _wait(lambda: all(f'"{kind}-controller", "worker count"'.encode() in log_path.read_bytes()
+                          for kind in ("pytorchjob", "mpijob")), 60, f"the job controllers to start (log: {log_path})")
         assert proc.poll() is None, log_path.read_text()[-2000:]
         yield proc
     finally:
@@ -141,10 +141,14 @@ async def test_a_pytorchjob_runs_through_the_virtual_node_and_succeeds(
         return any(c["type"] == "Succeeded" and c["status"] == "True" for c in conditions)
 
     await eventually(succeeded, timeout=120, what="the PyTorchJob's condition Succeeded")
-    pods = (await client.CoreV1Api(tenant_api).list_namespaced_pod(tenant_ns)).items
+
+    async def all_succeeded() -> list[Any] | None:  # the job succeeds with its master; workers end on their own
+        pods = (await client.CoreV1Api(tenant_api).list_namespaced_pod(tenant_ns)).items
+        return pods if {p.status.phase for p in pods} == {"Succeeded"} else None
+
+    pods = await eventually(all_succeeded, timeout=60, what="every member Succeeded in the tenant cluster")
     assert sorted(p.metadata.name for p in pods) == ["mnist-master-0", "mnist-worker-0", "mnist-worker-1",
                                                      "mnist-worker-2"]
-    assert {p.status.phase for p in pods} == {"Succeeded"}
     assert {p.spec.node_name for p in pods} == {f"ferry-{TENANT}"}
 
 
@@ -166,3 +170,46 @@ async def test_a_pytorchjob_deleted_while_running_leaves_nothing_in_the_compute_
         return not await _compute_pods(compute_api, tenant_ns)
 
     await eventually(gone, timeout=90, what="the deleted job's compute pods to be gone")
+
+
+def mpijob(name: str, workers: int) -> dict[str, Any]:
+    """An MPIJob as its examples write it: a launcher without GPUs that ends after 10 s, and workers of one
+    GPU each that run until the operator removes them (``cleanPodPolicy: Running``)."""
+    def pod(duration: str, limits: dict[str, str]) -> dict[str, Any]:
+        return {"metadata": {"annotations": {"kubeferry.io/sim-duration": duration}},
+                "spec": {"containers": [{"name": "mpi", "image": "horovod/horovod:0.28.1",
+                                         "command": ["mpirun", "-np", str(workers), "python", "train.py"],
+                                         "resources": {"limits": limits}}]}}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "MPIJob", "metadata": {"name": name},
+            "spec": {"slotsPerWorker": 1, "runPolicy": {"cleanPodPolicy": "Running"}, "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "template": pod("10s", {"cpu": "1", "memory": "1Gi"})},
+                "Worker": {"replicas": workers, "template": pod("600s", {"nvidia.com/gpu": "1"})}}}}
+
+
+@pytest.mark.usefixtures("training_operator")
+async def test_an_mpijob_runs_its_launcher_and_workers_as_one_gang_and_succeeds(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """The launcher (with the hostfile ConfigMap and the ServiceAccount the operator makes for it) and the
+    workers start together in the compute cluster; when the launcher ends, the job succeeds and the
+    operator removes the running workers, here and there."""
+    jobs = client.CustomObjectsApi(tenant_api)
+    await jobs.create_namespaced_custom_object("kubeflow.org", "v1", tenant_ns, "mpijobs", mpijob("mpi", workers=2))
+
+    async def started() -> list[Any] | None:
+        pods = await _compute_pods(compute_api, tenant_ns)
+        return pods if len(pods) == 3 and all(p.status.phase in ("Running", "Succeeded") for p in pods) else None
+
+    await eventually(started, timeout=90, what="the launcher and 2 workers started in the compute cluster")
+
+    async def succeeded() -> bool:
+        job = await jobs.get_namespaced_custom_object("kubeflow.org", "v1", tenant_ns, "mpijobs", "mpi")
+        conditions = (job.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Succeeded" and c["status"] == "True" for c in conditions)
+
+    await eventually(succeeded, timeout=120, what="the MPIJob's condition Succeeded")
+
+    async def workers_gone() -> bool:
+        pods = await _compute_pods(compute_api, tenant_ns)
+        return [p.metadata.labels.get("training.kubeflow.org/replica-type") for p in pods] == ["launcher"]
+
+    await eventually(workers_gone, timeout=90, what="the running workers removed, leaving the launcher")
