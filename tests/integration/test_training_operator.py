@@ -10,7 +10,6 @@ import json
 import os
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from ferry.binaries import Binaries
 from ferry.binaries.clients import ensure_training_operator
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
-from tests.helpers import eventually
+from tests.helpers import eventually, wait_sync
 from vnode.naming import UPSTREAM_NS_LABEL
 
 TENANT = "tenant-1"
@@ -49,16 +48,6 @@ kind: ValidatingWebhookConfiguration
 metadata: {{name: validator.training-operator.kubeflow.org}}
 webhooks: []
 """
-
-
-def _wait(check: Any, timeout: float, what: str) -> Any:
-    """Poll a blocking ``check`` until it returns something truthy, or fail after ``timeout`` s."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if result := check():
-            return result
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 def _free_port() -> int:
@@ -91,12 +80,13 @@ def training_operator(planes: ControlPlanes, binaries: Binaries, vnodes: dict[st
             data: dict[str, str] = json.loads(out).get("data") or {}
             return data if {"ca.crt", "tls.crt", "tls.key"} <= data.keys() else None
 
-        data = _wait(certificate, 60, "the operator's cert rotator to fill its Secret")
+        data = wait_sync(certificate, 60, "the operator's cert rotator to fill its Secret")
         CERT_DIR.mkdir(parents=True, exist_ok=True)
         for key in ("ca.crt", "tls.crt", "tls.key"):
             (CERT_DIR / key).write_bytes(base64.b64decode(data[key]))
-        _wait(lambda: all(f'"{kind}-controller", "worker count"'.encode() in log_path.read_bytes()
-                          for kind in ("pytorchjob", "mpijob")), 60, f"the job controllers to start (log: {log_path})")
+        markers = [f'"{kind}-controller", "worker count"'.encode() for kind in ("pytorchjob", "mpijob")]
+        wait_sync(lambda: all(m in log_path.read_bytes() for m in markers), 60,
+                  f"the job controllers to start (log: {log_path})")
         assert proc.poll() is None, log_path.read_text()[-2000:]
         yield proc
     finally:
@@ -114,6 +104,13 @@ def pytorchjob(name: str, workers: int, duration: str) -> dict[str, Any]:
                                      "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}
     return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name},
             "spec": {"pytorchReplicaSpecs": {"Master": replicas(1), "Worker": replicas(workers)}}}
+
+
+async def _succeeded(jobs: client.CustomObjectsApi, ns: str, plural: str, name: str) -> bool:
+    """The job's own condition ``Succeeded`` is true (what the operator concluded from its pods)."""
+    job = await jobs.get_namespaced_custom_object("kubeflow.org", "v1", ns, plural, name)
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Succeeded" and c["status"] == "True" for c in conditions)
 
 
 async def _compute_pods(compute_api: client.ApiClient, tenant_ns: str) -> list[Any]:
@@ -135,12 +132,8 @@ async def test_a_pytorchjob_runs_through_the_virtual_node_and_succeeds(
     for pod in await eventually(placed, timeout=90, what="the job's 4 pods bound in the compute cluster"):
         assert pod.spec.node_name.startswith("gpu-node-"), pod.spec.node_name
 
-    async def succeeded() -> bool:
-        job = await jobs.get_namespaced_custom_object("kubeflow.org", "v1", tenant_ns, "pytorchjobs", "mnist")
-        conditions = (job.get("status") or {}).get("conditions") or []
-        return any(c["type"] == "Succeeded" and c["status"] == "True" for c in conditions)
-
-    await eventually(succeeded, timeout=120, what="the PyTorchJob's condition Succeeded")
+    await eventually(lambda: _succeeded(jobs, tenant_ns, "pytorchjobs", "mnist"), timeout=120,
+                     what="the PyTorchJob's condition Succeeded")
 
     async def all_succeeded() -> list[Any] | None:  # the job succeeds with its master; workers end on their own
         pods = (await client.CoreV1Api(tenant_api).list_namespaced_pod(tenant_ns)).items
@@ -201,12 +194,8 @@ async def test_an_mpijob_runs_its_launcher_and_workers_as_one_gang_and_succeeds(
 
     await eventually(started, timeout=90, what="the launcher and 2 workers started in the compute cluster")
 
-    async def succeeded() -> bool:
-        job = await jobs.get_namespaced_custom_object("kubeflow.org", "v1", tenant_ns, "mpijobs", "mpi")
-        conditions = (job.get("status") or {}).get("conditions") or []
-        return any(c["type"] == "Succeeded" and c["status"] == "True" for c in conditions)
-
-    await eventually(succeeded, timeout=120, what="the MPIJob's condition Succeeded")
+    await eventually(lambda: _succeeded(jobs, tenant_ns, "mpijobs", "mpi"), timeout=120,
+                     what="the MPIJob's condition Succeeded")
 
     async def workers_gone() -> bool:
         pods = await _compute_pods(compute_api, tenant_ns)
