@@ -61,6 +61,7 @@ class Binder:
             group = self.caches.tenant_groups[kind].store.get(gkey)
             if group is not None:
                 await self.gangs.admit(kind, group)
+                await self.gangs.follow(kind, group)
             return
         pod = self.caches.tenant_unbound.store.get(rest)
         if pod is None or not self.wants(pod):

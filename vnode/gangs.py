@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from typing import Any, Literal, cast
 
 import structlog
 
@@ -18,6 +18,7 @@ from ferry.kube import quantity
 from ferry.kube.rest import Rest, message_of, path, status_of
 from vnode import naming, status
 from vnode.caches import FERRY_PG, PLUGINS_PG, VOLCANO_PG, Caches
+from vnode.events import Recorder
 from vnode.translate import Bridge, GangRef, gang_of
 
 Obj = dict[str, Any]
@@ -39,8 +40,11 @@ class InvalidGroup(ValueError):
     """The gang's tenant PodGroup asks for something no retry can give: its pods are refused."""
 
 
+GroupKind = Literal["volcano", "scheduler-plugins"]  # the conventions whose gangs have a tenant object
 MAX_MEMBERS = 100_000  # the compute PodGroup's own limit
 MAX_DEPENDENCIES = 32  # the compute PodGroup's dependsOn limit
+# The compute PodGroup's fields its tenant declares (and may change); queue and priority are the bridge's.
+DECLARED = ("minMember", "tier", "minResources", "minTaskMember", "dependsOn")
 
 
 def min_task_member(group: str, value: Any) -> dict[str, int]:
@@ -110,47 +114,92 @@ def api_version(kind: str) -> str:
 
 
 class Gangs:
-    def __init__(self, b: Bridge, tenant: Rest, compute: Rest, caches: Caches) -> None:
+    def __init__(self, b: Bridge, tenant: Rest, compute: Rest, caches: Caches, recorder: Recorder) -> None:
         self.b = b
         self.tenant = tenant
         self.compute = compute
         self.caches = caches
+        self.recorder = recorder
 
     def tenant_group(self, gang: GangRef) -> Obj | None:
         inf = self.caches.tenant_groups.get(gang.kind)
         return None if inf is None else inf.store.get(f"{gang.namespace}/{gang.name}")
 
     def compute_spec(self, gang: GangRef, pod: Obj) -> Obj:
-        """Minimum members/resources from the tenant's group; queue and priority from the bridge."""
+        """Queue and priority from the bridge; the rest as the tenant declared it."""
         group = self.tenant_group(gang)
-        spec = (group or {}).get("spec", {})
         if gang.kind == "kueue":
             if gang.total is None:
                 raise NotReady(f"Kueue pod group {gang.name} has no kueue.x-k8s.io/pod-group-total-count")
-            min_member = gang.total
+            declared = self.declared(gang, pod, gang.total)
         elif group is None:
             raise NotReady(f"{gang.kind} PodGroup {gang.name} does not exist")
         else:
+            declared = self.declared(gang, group)
+        priority = min(int(pod.get("spec", {}).get("priority") or 0), self.b.max_priority)
+        return {"queue": self.b.queue, "priority": priority, **declared}
+
+    def declared(self, gang: GangRef, holder: Obj, size: int | None = None) -> Obj:
+        """What a tenant declares of its gang (the ``DECLARED`` fields) on its PodGroup ``holder``, or, for
+        a Kueue group of ``size`` pods, on a member pod. Raises InvalidGroup for what no retry can serve."""
+        spec = holder.get("spec", {}) if size is None else {}
+        if size is None:
             try:
-                min_member = int(spec.get("minMember") or 1)
+                size = int(spec.get("minMember") or 1)
             except (TypeError, ValueError):
-                min_member = -1
-            if not 1 <= min_member <= MAX_MEMBERS:
+                size = -1
+            if not 1 <= size <= MAX_MEMBERS:
                 raise InvalidGroup(f"PodGroup {gang.name}: minMember {spec.get('minMember')!r} is not a count "
                                    f"from 1 to {MAX_MEMBERS}")
-        priority = min(int(pod.get("spec", {}).get("priority") or 0), self.b.max_priority)
-        tier = "Elastic" if ((group or pod)["metadata"].get("annotations") or {}).get(TIER_ANNOTATION) == "Elastic" \
-            else "Guaranteed"
-        out: Obj = {"minMember": min_member, "queue": self.b.queue, "priority": priority, "tier": tier}
+        annotations = holder["metadata"].get("annotations") or {}
+        out: Obj = {"minMember": size,
+                    "tier": "Elastic" if annotations.get(TIER_ANNOTATION) == "Elastic" else "Guaranteed"}
         if spec.get("minResources"):
             out["minResources"] = min_resources(gang.name, spec["minResources"])
         if spec.get("minTaskMember"):
             out["minTaskMember"] = min_task_member(gang.name, spec["minTaskMember"])
-        deps = depends_on(gang.name, ((group or pod)["metadata"].get("annotations") or {}).get(DEPENDS_ON_ANNOTATION))
+        deps = depends_on(gang.name, annotations.get(DEPENDS_ON_ANNOTATION))
         if deps:  # the compute names of the same namespace's PodGroups of the same kind
             out["dependsOn"] = [{"name": compute_group_name(self.b, GangRef(gang.kind, gang.namespace, name)),
                                  "phase": phase} for name, phase in deps]
         return out
+
+    async def follow(self, kind: str, group: Obj) -> None:
+        """A tenant PodGroup changed after its compute PodGroup was made (KubeRay resizes its gang with its
+        worker groups; a user corrects a minimum): the compute PodGroup takes what it declares now. What no
+        retry can serve is told on the tenant group, and the gang keeps what it had."""
+        meta = group["metadata"]
+        gang = GangRef(cast(GroupKind, kind), meta["namespace"], meta["name"])  # kind: a key of tenant_groups
+        name = compute_group_name(self.b, gang)
+        have = self.caches.compute_groups.store.get(f"{self.b.namespace}/{name}")
+        if have is None or incarnation(have) not in ("", meta.get("uid")):
+            return  # not made yet (it will be made from the group as it is then), or an earlier incarnation's
+        try:
+            want = self.declared(gang, group)
+        except InvalidGroup as exc:
+            await self.recorder.emit({**group, "apiVersion": api_version(kind), "kind": "PodGroup"}, "Warning",
+                                     "InvalidPodGroup", f"{exc}; the running gang keeps what it was given",
+                                     key=str(exc))
+            return
+        spec = have.get("spec") or {}
+        change = {k: want.get(k) for k in DECLARED if spec.get(k) != want.get(k)}  # None removes a field
+        if not change:
+            return
+        try:
+            patched = await self.compute.patch(path(*FERRY_PG[:2], "podgroups", self.b.namespace, name),
+                                               {"metadata": {"uid": have["metadata"]["uid"]}, "spec": change})
+        except Exception as exc:
+            if status_of(exc) in (404, 409):
+                return  # gone or made again (the UID differs): made from the group as it is then
+            if status_of(exc) != 422:
+                raise
+            await self.recorder.emit({**group, "apiVersion": api_version(kind), "kind": "PodGroup"}, "Warning",
+                                     "InvalidPodGroup", f"the compute cluster refused the change of PodGroup "
+                                     f"{gang.name}: {message_of(exc)}", key=message_of(exc))
+            return
+        self.caches.compute_groups.remember(patched)
+        log.info("compute PodGroup follows its tenant group", group=gang.name, namespace=gang.namespace,
+                 changed=sorted(change))
 
     async def ensure(self, pod: Obj) -> None:
         """Create the compute PodGroup of ``pod``'s gang before the pod (the scheduler waits for it).
@@ -181,6 +230,8 @@ class Gangs:
         try:
             created = await self.compute.create(url, body)
             self.caches.compute_groups.remember(created)
+            if (now := self.tenant_group(gang)) is not None and now is not group:
+                await self.follow(gang.kind, now)  # changed while it was being made: its change was not applied
         except Exception as exc:
             if status_of(exc) == 422:
                 raise InvalidGroup(f"the compute cluster rejected PodGroup {gang.name}: {message_of(exc)}") from exc

@@ -43,7 +43,7 @@ class PodReconciler:
         self.host_ip = host_ip
         self.pod_security = pod_security
         self.copies = Copies(b, tenant, compute, caches, token_refresh_at)
-        self.gangs = Gangs(b, tenant, compute, caches)
+        self.gangs = Gangs(b, tenant, compute, caches, recorder)
         self.volumes = volumes  # claims the pods mount, when the vnode provisions a storage class
         # Retries are capped low: after an outage every failed key must come back within seconds.
         self.queue = WorkQueue("pods", max_delay=2.0)

@@ -280,3 +280,44 @@ async def test_a_waiting_gang_whose_compute_group_vanished_gets_it_back_and_runs
         return len(pods) == 3 and all(p.status.phase == "Running" for p in pods)
 
     await eventually(all_running, timeout=60, what="the whole gang Running")
+
+
+async def test_a_tenant_groups_changed_minimum_reaches_the_waiting_gang(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """Found with KubeRay, which sets its PodGroup's minMember to the cluster's size whenever a worker group
+    is scaled: the compute PodGroup kept the size it was made with, so a gang asked for fewer members than
+    it first had waited forever. A user who corrects a PodGroup's minimum is served the same way."""
+    core = client.CoreV1Api(tenant_api)
+    await tenant_group(tenant_api, VOLCANO, tenant_ns, "shrunk", min_member=3)
+    for i in range(2):  # 2 of 3: the gang waits
+        await core.create_namespaced_pod(tenant_ns, member(f"shrunk-{i}", "volcano", "shrunk", duration="60s"))
+
+    async def compute_minimum() -> int | None:
+        groups = await compute_groups(compute_api, tenant_ns)
+        return int(groups[0]["spec"]["minMember"]) if groups else None
+
+    assert await eventually(compute_minimum, what="the compute PodGroup") == 3
+    await eventually(lambda: _waiting_events(compute_api, tenant_ns), timeout=30, what="the gang told it waits")
+    await client.CustomObjectsApi(tenant_api).patch_namespaced_custom_object(
+        *VOLCANO, tenant_ns, "podgroups", "shrunk", [{"op": "replace", "path": "/spec/minMember", "value": 2}])
+
+    async def all_running() -> bool:
+        pods = (await core.list_namespaced_pod(tenant_ns)).items
+        return len(pods) == 2 and all(p.status.phase == "Running" for p in pods)
+
+    await eventually(all_running, timeout=60, what="the 2 members Running once the minimum is 2")
+    assert await compute_minimum() == 2
+
+    # A change no retry can serve is told on the tenant's group; the running gang keeps what it has.
+    await client.CustomObjectsApi(tenant_api).patch_namespaced_custom_object(
+        *VOLCANO, tenant_ns, "podgroups", "shrunk", [{"op": "add", "path": "/spec/minTaskMember", "value": {"w": -1}}])
+
+    async def told() -> list[Any]:
+        events = (await core.list_namespaced_event(tenant_ns, field_selector="involvedObject.kind=PodGroup")).items
+        return [e for e in events if e.reason == "InvalidPodGroup" and e.involved_object.name == "shrunk"]
+
+    (event,) = await eventually(told, timeout=30, what="an InvalidPodGroup Event on the tenant's PodGroup")
+    assert event.type == "Warning" and "minTaskMember[w]" in event.message, event.message
+    groups = await compute_groups(compute_api, tenant_ns)
+    assert groups[0]["spec"]["minMember"] == 2 and "minTaskMember" not in groups[0]["spec"]
+    assert await all_running()

@@ -1,0 +1,152 @@
+"""An unmodified KubeRay operator (v1.5.0, built from its Go module) in a tenant cluster, with Volcano as its
+batch scheduler: a RayCluster's head and GPU workers start in the compute cluster as one gang through the
+virtual node and the cluster becomes ready; scaling its worker group up places the new worker, scaling it
+down removes workers there, and the gang keeps the size the operator gives its PodGroup, so a cluster that
+lost every pod starts again; deleting it leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from ferry.binaries import Binaries
+from ferry.binaries.clients import ensure_kuberay
+from ferry.cluster.planes import ControlPlanes
+from ferry.cluster.process import Component
+from tests.helpers import eventually, wait_sync
+from vnode.naming import UPSTREAM_NAME_ANNOTATION, UPSTREAM_NS_LABEL
+
+TENANT = "tenant-1"
+IMAGE = "rayproject/ray:2.46.0"  # what KubeRay's samples run (kwok runs no image)
+
+
+@pytest.fixture(scope="module")
+def kuberay(planes: ControlPlanes, binaries: Binaries, vnodes: dict[str, Component],
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[subprocess.Popen[bytes]]:
+    """The operator watching every namespace of tenant-1, batch scheduler ``volcano`` (PodGroups per cluster)."""
+    op = ensure_kuberay()
+    kubeconfig = planes.kubeconfig(TENANT)
+    kubectl = [str(binaries.path("kubectl")), f"--kubeconfig={kubeconfig}"]
+    # all three, as its release installs them: the operator starts no controller until every kind is served
+    subprocess.run([*kubectl, "apply", "--server-side", "-f", str(op.crds)], check=True, capture_output=True)
+    log_path = tmp_path_factory.mktemp("kuberay") / "operator.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [str(op.binary), "--batch-scheduler=volcano", "--enable-leader-election=false", "--metrics-addr=0",
+             "--health-probe-bind-address=0", f"--kubeconfig={kubeconfig}"],
+            env={**os.environ, "KUBECONFIG": str(kubeconfig)}, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_sync(lambda: b'"logger":"controllers.RayCluster","msg":"Starting workers"' in log_path.read_bytes(), 60,
+                  f"the RayCluster controller to start (log: {log_path})")
+        assert proc.poll() is None, log_path.read_text()[-2000:]
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def raycluster(name: str, workers: int) -> dict[str, Any]:
+    """A RayCluster as KubeRay's samples write one: a head without GPUs and one group of 1-GPU workers."""
+    def template(container: str, limits: dict[str, str]) -> dict[str, Any]:
+        return {"spec": {"containers": [{"name": container, "image": IMAGE, "resources": {"limits": limits}}]}}
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": name},
+            "spec": {"rayVersion": "2.46.0",
+                     "headGroupSpec": {"rayStartParams": {},
+                                       "template": template("ray-head", {"cpu": "1", "memory": "2Gi"})},
+                     "workerGroupSpecs": [{
+                         "groupName": "gpu", "replicas": workers, "minReplicas": 0, "maxReplicas": 8,
+                         "rayStartParams": {},
+                         "template": template("ray-worker", {"cpu": "1", "memory": "2Gi", "nvidia.com/gpu": "1"})}]}}
+
+
+async def _compute_pods(compute_api: client.ApiClient, tenant_ns: str) -> list[Any]:
+    return list((await client.CoreV1Api(compute_api).list_pod_for_all_namespaces(
+        label_selector=f"{UPSTREAM_NS_LABEL}={tenant_ns}")).items)
+
+
+def _running(pods: list[Any], count: int) -> list[Any] | None:
+    live = [p for p in pods if p.metadata.deletion_timestamp is None]
+    return live if len(live) == count and all(p.status.phase == "Running" and p.spec.node_name for p in live) \
+        else None
+
+
+@pytest.mark.usefixtures("kuberay")
+async def test_a_raycluster_starts_as_one_gang_scales_and_leaves_nothing_when_deleted(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    rays = client.CustomObjectsApi(tenant_api)
+    groups = client.CustomObjectsApi(tenant_api)
+    await rays.create_namespaced_custom_object("ray.io", "v1", tenant_ns, "rayclusters", raycluster("rc", workers=2))
+
+    async def compute_running(count: int) -> list[Any] | None:
+        return _running(await _compute_pods(compute_api, tenant_ns), count)
+
+    pods = await eventually(lambda: compute_running(3), timeout=90,
+                            what="the head and 2 workers Running in the compute cluster")
+    gpu_pods = [p for p in pods if "nvidia.com/gpu" in (p.spec.containers[0].resources.limits or {})]
+    assert len(gpu_pods) == 2 and all(p.spec.node_name.startswith("gpu-node-") for p in gpu_pods)
+    group = await groups.get_namespaced_custom_object("scheduling.volcano.sh", "v1beta1", tenant_ns, "podgroups",
+                                                      "ray-rc-pg")
+    assert group["spec"]["minMember"] == 3
+
+    async def state() -> str | None:
+        rc = await rays.get_namespaced_custom_object("ray.io", "v1", tenant_ns, "rayclusters", "rc")
+        return str((rc.get("status") or {}).get("state") or "") or None
+
+    assert await eventually(lambda: _is(state, "ready"), timeout=60, what="the RayCluster ready") == "ready"
+
+    await rays.patch_namespaced_custom_object("ray.io", "v1", tenant_ns, "rayclusters", "rc",
+                                              [{"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas",
+                                                "value": 3}])
+    await eventually(lambda: compute_running(4), timeout=90, what="the third worker Running in the compute cluster")
+    group = await groups.get_namespaced_custom_object("scheduling.volcano.sh", "v1beta1", tenant_ns, "podgroups",
+                                                      "ray-rc-pg")
+    assert group["spec"]["minMember"] == 4  # the operator grew the gang it had started
+
+    await rays.patch_namespaced_custom_object("ray.io", "v1", tenant_ns, "rayclusters", "rc",
+                                              [{"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas",
+                                                "value": 1}])
+    left = await eventually(lambda: compute_running(2), timeout=90, what="two workers gone from the compute cluster")
+
+    async def tenant_pods() -> list[Any] | None:
+        pods = (await client.CoreV1Api(tenant_api).list_namespaced_pod(tenant_ns)).items
+        return pods if len(pods) == 2 else None
+
+    kept = await eventually(tenant_pods, timeout=60, what="the operator's 2 pods left in the tenant cluster")
+    assert {p.metadata.annotations[UPSTREAM_NAME_ANNOTATION] for p in left} == {p.metadata.name for p in kept}
+    assert {p.spec.node_name for p in kept} == {f"ferry-{TENANT}"}
+
+    # The operator resized its gang with the group (minMember 2 now), and the compute PodGroup follows it:
+    # a cluster whose pods are all lost comes back as a gang of 2, not one waiting for the 4 it once had.
+    async def compute_minimum() -> int | None:
+        groups = await client.CustomObjectsApi(compute_api).list_namespaced_custom_object(
+            "scheduling.kubeferry.io", "v1alpha1", TENANT, "podgroups",
+            label_selector=f"{UPSTREAM_NS_LABEL}={tenant_ns}")
+        sizes = [int(g["spec"]["minMember"]) for g in groups["items"]]
+        return sizes[0] if sizes == [2] else None
+
+    await eventually(compute_minimum, timeout=30, what="the compute PodGroup's minMember following to 2")
+    await client.CoreV1Api(tenant_api).delete_collection_namespaced_pod(tenant_ns)
+
+    async def replaced() -> list[Any] | None:
+        pods = _running(await _compute_pods(compute_api, tenant_ns), 2)
+        names = {p.metadata.annotations[UPSTREAM_NAME_ANNOTATION] for p in pods or []}
+        return pods if pods and not names & {p.metadata.name for p in kept} else None
+
+    await eventually(replaced, timeout=90, what="the operator's new head and worker Running in the compute cluster")
+
+    await rays.delete_namespaced_custom_object("ray.io", "v1", tenant_ns, "rayclusters", "rc")
+
+    async def gone() -> bool:
+        return not await _compute_pods(compute_api, tenant_ns)
+
+    await eventually(gone, timeout=90, what="the deleted RayCluster's compute pods to be gone")
+
+
+async def _is(read: Any, want: str) -> str | None:
+    got = await read()
+    return got if got == want else None
