@@ -50,10 +50,11 @@ def kuberay(planes: ControlPlanes, binaries: Binaries, vnodes: dict[str, Compone
         proc.wait(timeout=30)
 
 
-def raycluster(name: str, workers: int) -> dict[str, Any]:
-    """A RayCluster as KubeRay's samples write one: a head without GPUs and one group of 1-GPU workers."""
+def raycluster(name: str, workers: int, gpus: int = 1, node_selector: dict[str, str] | None = None) -> dict[str, Any]:
+    """A RayCluster as KubeRay's samples write one: a head without GPUs and one group of ``gpus``-GPU workers."""
     def template(container: str, limits: dict[str, str]) -> dict[str, Any]:
-        return {"spec": {"containers": [{"name": container, "image": IMAGE, "resources": {"limits": limits}}]}}
+        spec = {"containers": [{"name": container, "image": IMAGE, "resources": {"limits": limits}}]}
+        return {"spec": {**spec, "nodeSelector": node_selector} if node_selector else spec}
     return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": name},
             "spec": {"rayVersion": "2.46.0",
                      "headGroupSpec": {"rayStartParams": {},
@@ -61,7 +62,8 @@ def raycluster(name: str, workers: int) -> dict[str, Any]:
                      "workerGroupSpecs": [{
                          "groupName": "gpu", "replicas": workers, "minReplicas": 0, "maxReplicas": 8,
                          "rayStartParams": {},
-                         "template": template("ray-worker", {"cpu": "1", "memory": "2Gi", "nvidia.com/gpu": "1"})}]}}
+                         "template": template("ray-worker", {"cpu": "1", "memory": "2Gi",
+                                                             "nvidia.com/gpu": str(gpus)})}]}}
 
 
 async def _compute_pods(compute_api: client.ApiClient, tenant_ns: str) -> list[Any]:
@@ -150,3 +152,108 @@ async def test_a_raycluster_starts_as_one_gang_scales_and_leaves_nothing_when_de
 async def _is(read: Any, want: str) -> str | None:
     got = await read()
     return got if got == want else None
+
+
+@pytest.mark.usefixtures("kuberay")
+async def test_a_preempted_raycluster_is_recreated_by_its_operator_and_runs_again_as_one_gang(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str, compute_ns: str) -> None:
+    """An elastic RayCluster soaking up a node is preempted whole for another queue's guarantee: its pods
+    end Failed/Preempted in the tenant cluster, the operator replaces them, and the replacements wait as
+    one gang (none runs alone, no duplicate) until the node is free again, then run."""
+    ccore, ccustom = client.CoreV1Api(compute_api), client.CustomObjectsApi(compute_api)
+    tcore, tcustom = client.CoreV1Api(tenant_api), client.CustomObjectsApi(tenant_api)
+    nodes = (await ccore.list_node(label_selector="type=kwok,!ferry-test")).items
+    node = sorted(n.metadata.name for n in nodes if not n.spec.unschedulable)[-1]  # binpacking fills low names
+    await ccore.patch_node(node, {"metadata": {"labels": {"ferry-test": tenant_ns}}})
+    queue = f"q-{compute_ns}"
+    try:
+        await tcustom.create_namespaced_custom_object(
+            "ray.io", "v1", tenant_ns, "rayclusters",
+            raycluster("soak", workers=1, gpus=8, node_selector={"ferry-test": tenant_ns}))
+        # The operator makes the PodGroup; its user marks it elastic afterwards, as with kubectl annotate.
+        group = await eventually(lambda: _podgroup(tcustom, tenant_ns, "ray-soak-pg"), what="the operator's PodGroup")
+        await tcustom.patch_namespaced_custom_object(
+            "scheduling.volcano.sh", "v1beta1", tenant_ns, "podgroups", "ray-soak-pg",
+            [{"op": "add", "path": "/metadata/annotations", "value": {
+                **(group["metadata"].get("annotations") or {}), "kubeferry.io/tier": "Elastic"}}])
+        first = await eventually(lambda: _tenant_running(tcore, tenant_ns, 2), timeout=90,
+                                 what="the elastic RayCluster's head and worker Running")
+
+        async def compute_tier() -> str | None:
+            groups = await ccustom.list_namespaced_custom_object(
+                "scheduling.kubeferry.io", "v1alpha1", TENANT, "podgroups",
+                label_selector=f"{UPSTREAM_NS_LABEL}={tenant_ns}")
+            tiers = [g["spec"]["tier"] for g in groups["items"]]
+            return tiers[0] if tiers == ["Elastic"] else None
+
+        await eventually(compute_tier, timeout=30, what="the compute PodGroup elastic, as its tenant group now says")
+
+        await ccustom.create_cluster_custom_object("scheduling.kubeferry.io", "v1alpha1", "queues", {
+            "apiVersion": "scheduling.kubeferry.io/v1alpha1", "kind": "Queue", "metadata": {"name": queue},
+            "spec": {"namespaces": [compute_ns], "guaranteed": {"gpu": "8"},
+                     "preemption": {"victimGraceSeconds": 4}}})
+        await eventually(lambda: _service_account(ccore, compute_ns), what="the compute namespace's ServiceAccount")
+        await ccore.create_namespaced_pod(compute_ns, {
+            "metadata": {"name": "urgent"},
+            "spec": {"schedulerName": "kube-ferry", "nodeSelector": {"ferry-test": tenant_ns},
+                     "containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}})
+
+        async def preempted() -> list[Any] | None:
+            events = (await tcore.list_namespaced_event(tenant_ns, field_selector="reason=Preempted")).items
+            names = {e.involved_object.name for e in events}
+            return events if names >= {p.metadata.name for p in first} else None
+
+        await eventually(preempted, timeout=60, what="both members told Preempted in the tenant cluster")
+
+        async def urgent_runs() -> bool:
+            pod = await ccore.read_namespaced_pod("urgent", compute_ns)
+            return bool(pod.spec.node_name == node and pod.status.phase == "Running")
+
+        await eventually(urgent_runs, timeout=60, what="the guaranteed pod Running on the node")
+
+        async def replaced_and_waiting() -> list[Any] | None:
+            pods = await _live(tcore, tenant_ns)
+            fresh = [p for p in pods if p.metadata.name not in {q.metadata.name for q in first}]
+            return pods if len(pods) == 2 and len(fresh) == 2 else None
+
+        await eventually(replaced_and_waiting, timeout=60, what="the operator's replacements of both members")
+        copies = await _compute_pods(compute_api, tenant_ns)
+        assert len(copies) <= 2 and not any(p.spec.node_name for p in copies), \
+            [(p.metadata.name, p.spec.node_name, p.status.phase) for p in copies]  # the gang waits whole
+
+        await ccore.delete_namespaced_pod("urgent", compute_ns, grace_period_seconds=0)
+        again = await eventually(lambda: _tenant_running(tcore, tenant_ns, 2), timeout=90,
+                                 what="the replacements Running once the node is free")
+        assert not {p.metadata.name for p in again} & {p.metadata.name for p in first}
+        assert _running(await _compute_pods(compute_api, tenant_ns), 2) is not None  # one copy each, no more
+    finally:
+        await tcustom.delete_namespaced_custom_object("ray.io", "v1", tenant_ns, "rayclusters", "soak")
+        try:
+            await ccustom.delete_cluster_custom_object("scheduling.kubeferry.io", "v1alpha1", "queues", queue)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+        await ccore.patch_node(node, {"metadata": {"labels": {"ferry-test": None}}})
+
+
+async def _podgroup(custom: client.CustomObjectsApi, ns: str, name: str) -> dict[str, Any] | None:
+    try:
+        return dict(await custom.get_namespaced_custom_object("scheduling.volcano.sh", "v1beta1", ns, "podgroups",
+                                                              name))
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+async def _live(core: client.CoreV1Api, ns: str) -> list[Any]:
+    return [p for p in (await core.list_namespaced_pod(ns)).items if p.metadata.deletion_timestamp is None]
+
+
+async def _tenant_running(core: client.CoreV1Api, ns: str, count: int) -> list[Any] | None:
+    pods = await _live(core, ns)
+    return pods if len(pods) == count and all(p.status.phase == "Running" for p in pods) else None
+
+
+async def _service_account(core: client.CoreV1Api, ns: str) -> bool:
+    return bool((await core.list_namespaced_service_account(ns)).items)
