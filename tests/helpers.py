@@ -7,8 +7,8 @@ import dataclasses
 import inspect
 import subprocess
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import TypeVar
 
@@ -88,3 +88,16 @@ async def queue_webhook_removed(api: client.ApiClient) -> AsyncIterator[None]:
         meta = saved["metadata"]
         await api_rest.create(rest.path("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations"), {
             **saved, "metadata": {"name": meta["name"], "labels": meta.get("labels") or {}}})
+
+
+@contextmanager
+def logged_process(cmd: list[str], env: dict[str, str], log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``cmd`` running with its output in ``log_path`` for the block (an operator beside the tests), then
+    stopped and waited for."""
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -15,58 +15,50 @@ from pathlib import Path
 from ferry.binaries import BuildError, Progress, _build_one, _print_progress
 from ferry.binaries.peers import build_from_module
 
-TRAINING_OPERATOR_MODULE, TRAINING_OPERATOR_VERSION = "github.com/kubeflow/training-operator", "v1.8.1"
-KUBERAY_MODULE, KUBERAY_VERSION = "github.com/ray-project/kuberay/ray-operator", "v1.5.0"
+
+@dataclass(frozen=True)
+class OperatorSource:
+    """Where an operator's module keeps what its release builds and installs."""
+
+    what: str
+    module: str
+    version: str
+    name: str  # the binary's
+    package: str  # its main package, relative to the module
+    crds: str  # the folder of the CRDs its release installs
+    flag: str  # a flag its --help names: the build runs and is the one expected
+
+
+TRAINING_OPERATOR = OperatorSource("Kubeflow Training Operator", "github.com/kubeflow/training-operator", "v1.8.1",
+                                   "training-operator", "./cmd/training-operator.v1", "manifests/base/crds",
+                                   "gang-scheduler-name")
+KUBERAY = OperatorSource("KubeRay operator", "github.com/ray-project/kuberay/ray-operator", "v1.5.0",
+                         "ray-operator", ".", "config/crd/bases", "batch-scheduler")
 
 
 @dataclass(frozen=True)
-class TrainingOperator:
+class Operator:
     root: Path
+    name: str
 
     @property
     def binary(self) -> Path:
-        return self.root / "training-operator"
+        return self.root / self.name
 
     @property
     def crds(self) -> Path:
         return self.root / "crds"
 
 
-def ensure_training_operator(progress: Progress = _print_progress) -> TrainingOperator:
+def ensure_operator(source: OperatorSource, progress: Progress = _print_progress) -> Operator:
     """The operator's binary and CRDs, built once per Go version."""
     def make(src: Path, out: Path, _: dict[str, object]) -> None:
-        _build_one("training-operator", src, "./cmd/training-operator.v1", out / "training-operator", progress)
-        shutil.copytree(src / "manifests" / "base" / "crds", out / "crds")
-        res = subprocess.run([str(out / "training-operator"), "--help"], capture_output=True, text=True, timeout=60,
+        _build_one(source.name, src, source.package, out / source.name, progress)
+        shutil.copytree(src / source.crds, out / "crds")
+        res = subprocess.run([str(out / source.name), "--help"], capture_output=True, text=True, timeout=60,
                              check=False)
-        if "gang-scheduler-name" not in res.stdout + res.stderr:
-            raise BuildError(f"built training-operator does not run: {(res.stderr or res.stdout).strip()[-300:]}")
+        if source.flag not in res.stdout + res.stderr:
+            raise BuildError(f"built {source.name} does not run: {(res.stderr or res.stdout).strip()[-300:]}")
 
-    return TrainingOperator(build_from_module("clients", "Kubeflow Training Operator", TRAINING_OPERATOR_MODULE,
-                                              TRAINING_OPERATOR_VERSION, make, progress))
-
-
-@dataclass(frozen=True)
-class KubeRay:
-    root: Path
-
-    @property
-    def binary(self) -> Path:
-        return self.root / "ray-operator"
-
-    @property
-    def crds(self) -> Path:
-        return self.root / "crds"
-
-
-def ensure_kuberay(progress: Progress = _print_progress) -> KubeRay:
-    """KubeRay's operator (RayCluster, RayJob) and its CRDs, built once per Go version."""
-    def make(src: Path, out: Path, _: dict[str, object]) -> None:
-        _build_one("ray-operator", src, ".", out / "ray-operator", progress)
-        shutil.copytree(src / "config" / "crd" / "bases", out / "crds")
-        res = subprocess.run([str(out / "ray-operator"), "--help"], capture_output=True, text=True, timeout=60,
-                             check=False)
-        if "batch-scheduler" not in res.stdout + res.stderr:
-            raise BuildError(f"built ray-operator does not run: {(res.stderr or res.stdout).strip()[-300:]}")
-
-    return KubeRay(build_from_module("clients", "KubeRay operator", KUBERAY_MODULE, KUBERAY_VERSION, make, progress))
+    return Operator(build_from_module("clients", source.what, source.module, source.version, make, progress),
+                    source.name)

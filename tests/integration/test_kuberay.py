@@ -15,10 +15,10 @@ import pytest
 from kubernetes_asyncio import client
 
 from ferry.binaries import Binaries
-from ferry.binaries.clients import ensure_kuberay
+from ferry.binaries.clients import KUBERAY, ensure_operator
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
-from tests.helpers import eventually, wait_sync
+from tests.helpers import eventually, logged_process, wait_sync
 from vnode.naming import UPSTREAM_NAME_ANNOTATION, UPSTREAM_NS_LABEL
 
 TENANT = "tenant-1"
@@ -29,25 +29,19 @@ IMAGE = "rayproject/ray:2.46.0"  # what KubeRay's samples run (kwok runs no imag
 def kuberay(planes: ControlPlanes, binaries: Binaries, vnodes: dict[str, Component],
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[subprocess.Popen[bytes]]:
     """The operator watching every namespace of tenant-1, batch scheduler ``volcano`` (PodGroups per cluster)."""
-    op = ensure_kuberay()
+    op = ensure_operator(KUBERAY)
     kubeconfig = planes.kubeconfig(TENANT)
     kubectl = [str(binaries.path("kubectl")), f"--kubeconfig={kubeconfig}"]
     # all three, as its release installs them: the operator starts no controller until every kind is served
     subprocess.run([*kubectl, "apply", "--server-side", "-f", str(op.crds)], check=True, capture_output=True)
     log_path = tmp_path_factory.mktemp("kuberay") / "operator.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [str(op.binary), "--batch-scheduler=volcano", "--enable-leader-election=false", "--metrics-addr=0",
-             "--health-probe-bind-address=0", f"--kubeconfig={kubeconfig}"],
-            env={**os.environ, "KUBECONFIG": str(kubeconfig)}, stdout=log, stderr=subprocess.STDOUT)
-    try:
+    with logged_process([str(op.binary), "--batch-scheduler=volcano", "--enable-leader-election=false",
+                         "--metrics-addr=0", "--health-probe-bind-address=0", f"--kubeconfig={kubeconfig}"],
+                        {**os.environ, "KUBECONFIG": str(kubeconfig)}, log_path) as proc:
         wait_sync(lambda: b'"logger":"controllers.RayCluster","msg":"Starting workers"' in log_path.read_bytes(), 60,
                   f"the RayCluster controller to start (log: {log_path})")
         assert proc.poll() is None, log_path.read_text()[-2000:]
         yield proc
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def raycluster(name: str, workers: int, gpus: int = 1, node_selector: dict[str, str] | None = None) -> dict[str, Any]:

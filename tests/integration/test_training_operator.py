@@ -18,10 +18,10 @@ import pytest
 from kubernetes_asyncio import client
 
 from ferry.binaries import Binaries
-from ferry.binaries.clients import ensure_training_operator
+from ferry.binaries.clients import TRAINING_OPERATOR, ensure_operator
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
-from tests.helpers import eventually, wait_sync
+from tests.helpers import eventually, logged_process, wait_sync
 from vnode.naming import UPSTREAM_NS_LABEL
 
 TENANT = "tenant-1"
@@ -60,20 +60,18 @@ def _free_port() -> int:
 def training_operator(planes: ControlPlanes, binaries: Binaries, vnodes: dict[str, Component],
                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[subprocess.Popen[bytes]]:
     """The operator watching every namespace of tenant-1, gang scheduler ``volcano``, PyTorchJobs and MPIJobs."""
-    op = ensure_training_operator()
+    op = ensure_operator(TRAINING_OPERATOR)
     kubeconfig = planes.kubeconfig(TENANT)
     kubectl = [str(binaries.path("kubectl")), f"--kubeconfig={kubeconfig}"]
     for crd in ("kubeflow.org_pytorchjobs.yaml", "kubeflow.org_mpijobs.yaml"):
         subprocess.run([*kubectl, "apply", "--server-side", "-f", str(op.crds / crd)], check=True, capture_output=True)
     subprocess.run([*kubectl, "apply", "-f", "-"], input=SETUP.encode(), check=True, capture_output=True)
     log_path = tmp_path_factory.mktemp("training-operator") / "operator.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [str(op.binary), "--gang-scheduler-name=volcano", "--enable-scheme=pytorchjob", "--enable-scheme=mpijob",
-             "--metrics-bind-address=0", "--health-probe-bind-address=0", f"--webhook-server-port={_free_port()}"],
-            env={**os.environ, "KUBECONFIG": str(kubeconfig), "MY_POD_NAMESPACE": OPERATOR_NS},
-            stdout=log, stderr=subprocess.STDOUT)
-    try:
+    with logged_process([str(op.binary), "--gang-scheduler-name=volcano", "--enable-scheme=pytorchjob",
+                         "--enable-scheme=mpijob", "--metrics-bind-address=0", "--health-probe-bind-address=0",
+                         f"--webhook-server-port={_free_port()}"],
+                        {**os.environ, "KUBECONFIG": str(kubeconfig), "MY_POD_NAMESPACE": OPERATOR_NS},
+                        log_path) as proc:
         def certificate() -> dict[str, str] | None:
             out = subprocess.run([*kubectl, "-n", OPERATOR_NS, "get", "secret", WEBHOOK_SECRET, "-o", "json"],
                                  capture_output=True, check=True).stdout
@@ -89,9 +87,6 @@ def training_operator(planes: ControlPlanes, binaries: Binaries, vnodes: dict[st
                   f"the job controllers to start (log: {log_path})")
         assert proc.poll() is None, log_path.read_text()[-2000:]
         yield proc
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def pytorchjob(name: str, workers: int, duration: str) -> dict[str, Any]:
