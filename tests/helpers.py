@@ -10,7 +10,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from kubernetes_asyncio import client
 
@@ -101,3 +101,47 @@ def logged_process(cmd: list[str], env: dict[str, str], log_path: Path) -> Itera
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+async def running_pods(core: client.CoreV1Api, ns: str, count: int) -> list[Any] | None:
+    """The namespace's ``count`` pods, if that many are there (not being deleted) and all Running."""
+    pods = [p for p in (await core.list_namespaced_pod(ns)).items if p.metadata.deletion_timestamp is None]
+    return pods if len(pods) == count and all(p.status.phase == "Running" for p in pods) else None
+
+
+@asynccontextmanager
+async def reserved_node(compute_api: client.ApiClient, label: str) -> AsyncIterator[str]:
+    """A free kwok GPU node of the compute cluster labelled ``ferry-test=<label>`` for the block: only pods
+    that select the label go there (binpacking fills the lowest names, so it is the highest)."""
+    core = client.CoreV1Api(compute_api)
+    nodes = (await core.list_node(label_selector="type=kwok,!ferry-test")).items
+    node = sorted(n.metadata.name for n in nodes if not n.spec.unschedulable)[-1]
+    await core.patch_node(node, {"metadata": {"labels": {"ferry-test": label}}})
+    try:
+        yield node
+    finally:
+        await core.patch_node(node, {"metadata": {"labels": {"ferry-test": None}}})
+
+
+@asynccontextmanager
+async def guarantee_claiming(compute_api: client.ApiClient, compute_ns: str, label: str) -> AsyncIterator[str]:
+    """Another queue, guaranteed 8 GPUs (its victims get 4 s of grace), whose 8-GPU pod ``urgent`` in
+    ``compute_ns`` selects the node labelled ``label``: what borrows that node is taken back. The queue is
+    deleted after the block."""
+    core, custom = client.CoreV1Api(compute_api), client.CustomObjectsApi(compute_api)
+    queue = f"q-{compute_ns}"
+    await custom.create_cluster_custom_object("scheduling.kubeferry.io", "v1alpha1", "queues", {
+        "apiVersion": "scheduling.kubeferry.io/v1alpha1", "kind": "Queue", "metadata": {"name": queue},
+        "spec": {"namespaces": [compute_ns], "guaranteed": {"gpu": "8"}, "preemption": {"victimGraceSeconds": 4}}})
+    try:
+        async def service_account() -> bool:
+            return bool((await core.list_namespaced_service_account(compute_ns)).items)
+
+        await eventually(service_account, what="the compute namespace's ServiceAccount")
+        await core.create_namespaced_pod(compute_ns, {
+            "metadata": {"name": "urgent"},
+            "spec": {"schedulerName": "kube-ferry", "nodeSelector": {"ferry-test": label},
+                     "containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}})
+        yield "urgent"
+    finally:
+        await custom.delete_cluster_custom_object("scheduling.kubeferry.io", "v1alpha1", "queues", queue)

@@ -18,7 +18,7 @@ from ferry.binaries import Binaries
 from ferry.binaries.clients import KUBERAY, ensure_operator
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
-from tests.helpers import eventually, logged_process, wait_sync
+from tests.helpers import eventually, guarantee_claiming, logged_process, reserved_node, running_pods, wait_sync
 from vnode.naming import UPSTREAM_NAME_ANNOTATION, UPSTREAM_NS_LABEL
 
 TENANT = "tenant-1"
@@ -156,11 +156,7 @@ async def test_a_preempted_raycluster_is_recreated_by_its_operator_and_runs_agai
     one gang (none runs alone, no duplicate) until the node is free again, then run."""
     ccore, ccustom = client.CoreV1Api(compute_api), client.CustomObjectsApi(compute_api)
     tcore, tcustom = client.CoreV1Api(tenant_api), client.CustomObjectsApi(tenant_api)
-    nodes = (await ccore.list_node(label_selector="type=kwok,!ferry-test")).items
-    node = sorted(n.metadata.name for n in nodes if not n.spec.unschedulable)[-1]  # binpacking fills low names
-    await ccore.patch_node(node, {"metadata": {"labels": {"ferry-test": tenant_ns}}})
-    queue = f"q-{compute_ns}"
-    try:
+    async with reserved_node(compute_api, tenant_ns) as node:
         await tcustom.create_namespaced_custom_object(
             "ray.io", "v1", tenant_ns, "rayclusters",
             raycluster("soak", workers=1, gpus=8, node_selector={"ferry-test": tenant_ns}))
@@ -170,7 +166,7 @@ async def test_a_preempted_raycluster_is_recreated_by_its_operator_and_runs_agai
             "scheduling.volcano.sh", "v1beta1", tenant_ns, "podgroups", "ray-soak-pg",
             [{"op": "add", "path": "/metadata/annotations", "value": {
                 **(group["metadata"].get("annotations") or {}), "kubeferry.io/tier": "Elastic"}}])
-        first = await eventually(lambda: _tenant_running(tcore, tenant_ns, 2), timeout=90,
+        first = await eventually(lambda: running_pods(tcore, tenant_ns, 2), timeout=90,
                                  what="the elastic RayCluster's head and worker Running")
 
         async def compute_tier() -> str | None:
@@ -182,52 +178,37 @@ async def test_a_preempted_raycluster_is_recreated_by_its_operator_and_runs_agai
 
         await eventually(compute_tier, timeout=30, what="the compute PodGroup elastic, as its tenant group now says")
 
-        await ccustom.create_cluster_custom_object("scheduling.kubeferry.io", "v1alpha1", "queues", {
-            "apiVersion": "scheduling.kubeferry.io/v1alpha1", "kind": "Queue", "metadata": {"name": queue},
-            "spec": {"namespaces": [compute_ns], "guaranteed": {"gpu": "8"},
-                     "preemption": {"victimGraceSeconds": 4}}})
-        await eventually(lambda: _service_account(ccore, compute_ns), what="the compute namespace's ServiceAccount")
-        await ccore.create_namespaced_pod(compute_ns, {
-            "metadata": {"name": "urgent"},
-            "spec": {"schedulerName": "kube-ferry", "nodeSelector": {"ferry-test": tenant_ns},
-                     "containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}})
+        async with guarantee_claiming(compute_api, compute_ns, tenant_ns) as urgent:
+            async def preempted() -> list[Any] | None:
+                events = (await tcore.list_namespaced_event(tenant_ns, field_selector="reason=Preempted")).items
+                names = {e.involved_object.name for e in events}
+                return events if names >= {p.metadata.name for p in first} else None
 
-        async def preempted() -> list[Any] | None:
-            events = (await tcore.list_namespaced_event(tenant_ns, field_selector="reason=Preempted")).items
-            names = {e.involved_object.name for e in events}
-            return events if names >= {p.metadata.name for p in first} else None
+            await eventually(preempted, timeout=60, what="both members told Preempted in the tenant cluster")
 
-        await eventually(preempted, timeout=60, what="both members told Preempted in the tenant cluster")
+            async def urgent_runs() -> bool:
+                pod = await ccore.read_namespaced_pod(urgent, compute_ns)
+                return bool(pod.spec.node_name == node and pod.status.phase == "Running")
 
-        async def urgent_runs() -> bool:
-            pod = await ccore.read_namespaced_pod("urgent", compute_ns)
-            return bool(pod.spec.node_name == node and pod.status.phase == "Running")
+            await eventually(urgent_runs, timeout=60, what="the guaranteed pod Running on the node")
 
-        await eventually(urgent_runs, timeout=60, what="the guaranteed pod Running on the node")
+            async def replaced_and_waiting() -> list[Any] | None:
+                pods = [p for p in (await tcore.list_namespaced_pod(tenant_ns)).items
+                        if p.metadata.deletion_timestamp is None]
+                fresh = [p for p in pods if p.metadata.name not in {q.metadata.name for q in first}]
+                return pods if len(pods) == 2 and len(fresh) == 2 else None
 
-        async def replaced_and_waiting() -> list[Any] | None:
-            pods = await _live(tcore, tenant_ns)
-            fresh = [p for p in pods if p.metadata.name not in {q.metadata.name for q in first}]
-            return pods if len(pods) == 2 and len(fresh) == 2 else None
+            await eventually(replaced_and_waiting, timeout=60, what="the operator's replacements of both members")
+            copies = await _compute_pods(compute_api, tenant_ns)
+            assert len(copies) <= 2 and not any(p.spec.node_name for p in copies), \
+                [(p.metadata.name, p.spec.node_name, p.status.phase) for p in copies]  # the gang waits whole
 
-        await eventually(replaced_and_waiting, timeout=60, what="the operator's replacements of both members")
-        copies = await _compute_pods(compute_api, tenant_ns)
-        assert len(copies) <= 2 and not any(p.spec.node_name for p in copies), \
-            [(p.metadata.name, p.spec.node_name, p.status.phase) for p in copies]  # the gang waits whole
-
-        await ccore.delete_namespaced_pod("urgent", compute_ns, grace_period_seconds=0)
-        again = await eventually(lambda: _tenant_running(tcore, tenant_ns, 2), timeout=90,
-                                 what="the replacements Running once the node is free")
+            await ccore.delete_namespaced_pod(urgent, compute_ns, grace_period_seconds=0)
+            again = await eventually(lambda: running_pods(tcore, tenant_ns, 2), timeout=90,
+                                     what="the replacements Running once the node is free")
         assert not {p.metadata.name for p in again} & {p.metadata.name for p in first}
         assert _running(await _compute_pods(compute_api, tenant_ns), 2) is not None  # one copy each, no more
-    finally:
         await tcustom.delete_namespaced_custom_object("ray.io", "v1", tenant_ns, "rayclusters", "soak")
-        try:
-            await ccustom.delete_cluster_custom_object("scheduling.kubeferry.io", "v1alpha1", "queues", queue)
-        except client.ApiException as exc:
-            if exc.status != 404:
-                raise
-        await ccore.patch_node(node, {"metadata": {"labels": {"ferry-test": None}}})
 
 
 async def _podgroup(custom: client.CustomObjectsApi, ns: str, name: str) -> dict[str, Any] | None:
@@ -238,16 +219,3 @@ async def _podgroup(custom: client.CustomObjectsApi, ns: str, name: str) -> dict
         if exc.status == 404:
             return None
         raise
-
-
-async def _live(core: client.CoreV1Api, ns: str) -> list[Any]:
-    return [p for p in (await core.list_namespaced_pod(ns)).items if p.metadata.deletion_timestamp is None]
-
-
-async def _tenant_running(core: client.CoreV1Api, ns: str, count: int) -> list[Any] | None:
-    pods = await _live(core, ns)
-    return pods if len(pods) == count and all(p.status.phase == "Running" for p in pods) else None
-
-
-async def _service_account(core: client.CoreV1Api, ns: str) -> bool:
-    return bool((await core.list_namespaced_service_account(ns)).items)

@@ -21,7 +21,7 @@ from ferry.binaries import Binaries
 from ferry.binaries.clients import TRAINING_OPERATOR, ensure_operator
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
-from tests.helpers import eventually, logged_process, wait_sync
+from tests.helpers import eventually, guarantee_claiming, logged_process, reserved_node, running_pods, wait_sync
 from vnode.naming import UPSTREAM_NS_LABEL
 
 TENANT = "tenant-1"
@@ -89,14 +89,17 @@ def training_operator(planes: ControlPlanes, binaries: Binaries, vnodes: dict[st
         yield proc
 
 
-def pytorchjob(name: str, workers: int, duration: str) -> dict[str, Any]:
-    """A PyTorchJob as a user writes it: one master and ``workers`` workers of one GPU each."""
+def pytorchjob(name: str, workers: int, duration: str, gpus: int = 1, restart: str = "OnFailure",
+               node_selector: dict[str, str] | None = None) -> dict[str, Any]:
+    """A PyTorchJob as a user writes it: one master and ``workers`` workers of ``gpus`` GPUs each."""
     def replicas(count: int) -> dict[str, Any]:
-        return {"replicas": count, "restartPolicy": "OnFailure", "template": {
-            "metadata": {"annotations": {"kubeferry.io/sim-duration": duration}},
-            "spec": {"containers": [{"name": "pytorch", "image": IMAGE,
-                                     "command": ["python3", "/opt/pytorch-mnist/mnist.py", "--epochs=1"],
-                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}
+        spec: dict[str, Any] = {"containers": [{"name": "pytorch", "image": IMAGE,
+                                                "command": ["python3", "/opt/pytorch-mnist/mnist.py", "--epochs=1"],
+                                                "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}
+        if node_selector:
+            spec["nodeSelector"] = node_selector
+        return {"replicas": count, "restartPolicy": restart, "template": {
+            "metadata": {"annotations": {"kubeferry.io/sim-duration": duration}}, "spec": spec}}
     return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name},
             "spec": {"pytorchReplicaSpecs": {"Master": replicas(1), "Worker": replicas(workers)}}}
 
@@ -197,3 +200,44 @@ async def test_an_mpijob_runs_its_launcher_and_workers_as_one_gang_and_succeeds(
         return [p.metadata.labels.get("training.kubeflow.org/replica-type") for p in pods] == ["launcher"]
 
     await eventually(workers_gone, timeout=90, what="the running workers removed, leaving the launcher")
+
+
+@pytest.mark.usefixtures("training_operator")
+async def test_a_preempted_pytorchjob_restarts_by_its_exit_code_policy_and_runs_again_as_one_gang(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str, compute_ns: str) -> None:
+    """A PyTorchJob with ``restartPolicy: ExitCode`` borrowing a node is preempted whole for another queue's
+    guarantee: its pods fail with exit code 137, as an evicted pod's container does, which the operator
+    counts as retryable, so it restarts the job (condition ``Restarting``); the new pods wait as one gang
+    and run once the node is free."""
+    ccore = client.CoreV1Api(compute_api)
+    jobs, tcore = client.CustomObjectsApi(tenant_api), client.CoreV1Api(tenant_api)
+    async with reserved_node(compute_api, tenant_ns):
+        await jobs.create_namespaced_custom_object("kubeflow.org", "v1", tenant_ns, "pytorchjobs", pytorchjob(
+            "ckpt", workers=1, duration="600s", gpus=4, restart="ExitCode", node_selector={"ferry-test": tenant_ns}))
+        first = await eventually(lambda: running_pods(tcore, tenant_ns, 2), timeout=90,
+                                 what="the job's master and worker Running")
+
+        async with guarantee_claiming(compute_api, compute_ns, tenant_ns) as urgent:
+            async def restarting() -> bool:
+                job = await jobs.get_namespaced_custom_object("kubeflow.org", "v1", tenant_ns, "pytorchjobs", "ckpt")
+                conditions = (job.get("status") or {}).get("conditions") or []
+                return any(c["type"] == "Restarting" for c in conditions)
+
+            await eventually(restarting, timeout=60, what="the operator restarting the preempted job")
+
+            async def replaced() -> list[Any] | None:
+                pods = [p for p in (await tcore.list_namespaced_pod(tenant_ns)).items
+                        if p.metadata.deletion_timestamp is None and p.status.phase != "Failed"]
+                uids = {p.metadata.uid for p in first}
+                return pods if len(pods) == 2 and not any(p.metadata.uid in uids for p in pods) else None
+
+            await eventually(replaced, timeout=60, what="the operator's new master and worker")
+            copies = await _compute_pods(compute_api, tenant_ns)
+            assert not any(p.spec.node_name and p.metadata.deletion_timestamp is None for p in copies), \
+                [(p.metadata.name, p.spec.node_name, p.status.phase) for p in copies]  # the gang waits whole
+
+            await ccore.delete_namespaced_pod(urgent, compute_ns, grace_period_seconds=0)
+            again = await eventually(lambda: running_pods(tcore, tenant_ns, 2), timeout=90,
+                                     what="the restarted job Running once the node is free")
+        assert not {p.metadata.uid for p in again} & {p.metadata.uid for p in first}
+        await jobs.delete_namespaced_custom_object("kubeflow.org", "v1", tenant_ns, "pytorchjobs", "ckpt")
