@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from ferry import binaries as ferry_binaries
 from ferry.cluster.planes import ControlPlanes, Shape
 from ferry.cluster.process import Component
-from tests.helpers import api_client, eventually
+from tests.helpers import api_client, fresh_namespace
 
 SESSION_GPU_NODES = int(os.environ.get("FERRY_TEST_GPU_NODES", "100"))
 
@@ -80,34 +78,15 @@ async def tenant_api(planes: ControlPlanes) -> AsyncIterator[client.ApiClient]:
         yield api
 
 
-async def _fresh_namespace(api: client.ApiClient) -> AsyncIterator[str]:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    core = client.CoreV1Api(api)
-    await core.create_namespace({"metadata": {"name": name}})
-
-    async def service_account() -> bool:  # pods are refused until the controller-manager creates it
-        try:
-            await core.read_namespaced_service_account("default", name)
-            return True
-        except ApiException:
-            return False
-
-    await eventually(service_account, timeout=30, what=f"ServiceAccount default in {name}")
-    try:
-        yield name
-    finally:
-        await core.delete_namespace(name)
-
-
 @pytest.fixture
 async def compute_ns(compute_api: client.ApiClient) -> AsyncIterator[str]:
-    async for ns in _fresh_namespace(compute_api):
+    async for ns in fresh_namespace(compute_api):
         yield ns
 
 
 @pytest.fixture
 async def tenant_ns(tenant_api: client.ApiClient) -> AsyncIterator[str]:
-    async for ns in _fresh_namespace(tenant_api):
+    async for ns in fresh_namespace(tenant_api):
         yield ns
 
 

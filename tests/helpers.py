@@ -7,12 +7,14 @@ import dataclasses
 import inspect
 import subprocess
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from ferry.cluster.process import Component
 from ferry.kube import rest
@@ -145,3 +147,23 @@ async def guarantee_claiming(compute_api: client.ApiClient, compute_ns: str, lab
         yield "urgent"
     finally:
         await custom.delete_cluster_custom_object("scheduling.kubeferry.io", "v1alpha1", "queues", queue)
+
+
+async def fresh_namespace(api: client.ApiClient) -> AsyncIterator[str]:
+    """A new namespace of a random name, once its default ServiceAccount exists; deleted afterwards."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    core = client.CoreV1Api(api)
+    await core.create_namespace({"metadata": {"name": name}})
+
+    async def service_account() -> bool:  # pods are refused until the controller-manager creates it
+        try:
+            await core.read_namespaced_service_account("default", name)
+            return True
+        except ApiException:
+            return False
+
+    await eventually(service_account, timeout=30, what=f"ServiceAccount default in {name}")
+    try:
+        yield name
+    finally:
+        await core.delete_namespace(name)

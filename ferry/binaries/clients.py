@@ -1,5 +1,5 @@
 """Build and cache the unmodified tenant-side clients Kube-Ferry is checked with: Kubeflow's Training
-Operator and KubeRay's operator, each from its Go module as its own repository builds it, with the CRDs its
+Operator and MPI Operator, and KubeRay's operator, each from its Go module as its own repository builds it, with the CRDs its
 release installs.
 
 Nothing of it is kept in this repository; the build is cached next to the control-plane binaries.
@@ -32,6 +32,8 @@ class OperatorSource:
 TRAINING_OPERATOR = OperatorSource("Kubeflow Training Operator", "github.com/kubeflow/training-operator", "v1.8.1",
                                    "training-operator", "./cmd/training-operator.v1", "manifests/base/crds",
                                    "gang-scheduler-name")
+MPI_OPERATOR = OperatorSource("Kubeflow MPI Operator", "github.com/kubeflow/mpi-operator", "v0.6.0", "mpi-operator",
+                              "./cmd/mpi-operator", "manifests/base", "gang-scheduling")
 KUBERAY = OperatorSource("KubeRay operator", "github.com/ray-project/kuberay/ray-operator", "v1.5.0",
                          "ray-operator", ".", "config/crd/bases", "batch-scheduler")
 

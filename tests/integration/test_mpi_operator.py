@@ -1,0 +1,116 @@
+"""An unmodified Kubeflow MPI Operator (v0.6.0, the v2 controller, built from its Go module) in a tenant
+cluster with Volcano gang scheduling: an MPIJob's launcher (a batch Job, whose pod the tenant's own Job
+controller makes) and its GPU workers start as one gang through the virtual node, the job succeeds when
+the launcher ends, and the workers the operator then removes leave the compute cluster.
+
+It runs in tenant-2: its ``mpijobs.kubeflow.org`` CRD (v2beta1) is not the Training Operator's (v1), which
+the tests of that operator install in tenant-1."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from ferry.binaries import Binaries
+from ferry.binaries.clients import MPI_OPERATOR, ensure_operator
+from ferry.cluster.planes import ControlPlanes
+from ferry.cluster.process import Component
+from tests.helpers import api_client, eventually, fresh_namespace, logged_process, wait_sync
+from vnode.naming import UPSTREAM_NAME_ANNOTATION, UPSTREAM_NS_LABEL
+
+TENANT = "tenant-2"
+LOCK_NS = "mpi-operator"  # where its leader election keeps its Lease (its release's namespace)
+IMAGE = "mpioperator/mpi-pi:openmpi"  # its own example (kwok runs none)
+
+
+@pytest.fixture(scope="module")
+def mpi_operator(planes: ControlPlanes, binaries: Binaries, vnodes: dict[str, Component],
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[subprocess.Popen[bytes]]:
+    """The operator watching every namespace of tenant-2, gang scheduler ``volcano``."""
+    op = ensure_operator(MPI_OPERATOR)
+    kubeconfig = planes.kubeconfig(TENANT)
+    kubectl = [str(binaries.path("kubectl")), f"--kubeconfig={kubeconfig}"]
+    subprocess.run([*kubectl, "apply", "--server-side", "-f", str(op.crds / "kubeflow.org_mpijobs.yaml")], check=True,
+                   capture_output=True)
+    wait_sync(lambda: subprocess.run(  # the operator exits at once if the kind is not served yet
+        [*kubectl, "get", "crd", "mpijobs.kubeflow.org", "-o",
+         "jsonpath={.status.conditions[?(@.type=='Established')].status}"],
+        capture_output=True, text=True, check=False).stdout == "True", 60, "the MPIJob CRD established")
+    subprocess.run([*kubectl, "create", "namespace", LOCK_NS], check=False, capture_output=True)
+    log_path = tmp_path_factory.mktemp("mpi-operator") / "operator.log"
+    with logged_process([str(op.binary), "--gang-scheduling=volcano", f"--kubeConfig={kubeconfig}",
+                         f"--lock-namespace={LOCK_NS}", "--monitoring-port=0"],
+                        {**os.environ, "KUBECONFIG": str(kubeconfig)}, log_path) as proc:
+        wait_sync(lambda: b"Starting workers" in log_path.read_bytes(), 60,
+                  f"the MPIJob controller to start (log: {log_path})")
+        assert proc.poll() is None, log_path.read_text()[-2000:]
+        yield proc
+
+
+@pytest.fixture
+async def tenant2_api(planes: ControlPlanes) -> AsyncIterator[client.ApiClient]:
+    async with api_client(planes.kubeconfig(TENANT)) as api:
+        yield api
+
+
+@pytest.fixture
+async def tenant2_ns(tenant2_api: client.ApiClient) -> AsyncIterator[str]:
+    async for ns in fresh_namespace(tenant2_api):
+        yield ns
+
+
+def mpijob(name: str, workers: int) -> dict[str, Any]:
+    """An MPIJob as the operator's examples write one: a launcher without GPUs that ends after 10 s, and
+    workers of one GPU each that run until the operator removes them (``cleanPodPolicy: Running``)."""
+    def replica(count: int, container: str, duration: str, limits: dict[str, str]) -> dict[str, Any]:
+        return {"replicas": count, "template": {
+            "metadata": {"annotations": {"kubeferry.io/sim-duration": duration}},
+            "spec": {"containers": [{"name": container, "image": IMAGE,
+                                     "command": ["mpirun", "-n", str(workers), "/home/mpiuser/pi"],
+                                     "resources": {"limits": limits}}]}}}
+    return {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": {"name": name},
+            "spec": {"slotsPerWorker": 1, "runPolicy": {"cleanPodPolicy": "Running"}, "mpiReplicaSpecs": {
+                "Launcher": replica(1, "mpi-launcher", "10s", {"cpu": "1", "memory": "1Gi"}),
+                "Worker": replica(workers, "mpi-worker", "600s", {"nvidia.com/gpu": "1"})}}}
+
+
+async def _compute_pods(compute_api: client.ApiClient, tenant_ns: str) -> list[Any]:
+    pods = (await client.CoreV1Api(compute_api).list_pod_for_all_namespaces(
+        label_selector=f"{UPSTREAM_NS_LABEL}={tenant_ns}")).items
+    return [p for p in pods if p.metadata.deletion_timestamp is None]
+
+
+@pytest.mark.usefixtures("mpi_operator")
+async def test_an_mpijob_runs_its_launcher_job_and_workers_as_one_gang_and_succeeds(
+        tenant2_api: client.ApiClient, compute_api: client.ApiClient, tenant2_ns: str) -> None:
+    jobs = client.CustomObjectsApi(tenant2_api)
+    await jobs.create_namespaced_custom_object("kubeflow.org", "v2beta1", tenant2_ns, "mpijobs", mpijob("pi", 2))
+
+    async def started() -> list[Any] | None:
+        pods = await _compute_pods(compute_api, tenant2_ns)
+        return pods if len(pods) == 3 and all(p.status.phase in ("Running", "Succeeded") for p in pods) else None
+
+    pods = await eventually(started, timeout=90, what="the launcher and 2 workers started in the compute cluster")
+    names = sorted(p.metadata.annotations[UPSTREAM_NAME_ANNOTATION] for p in pods)
+    assert names[1:] == ["pi-worker-0", "pi-worker-1"] and names[0].startswith("pi-launcher-"), names
+    assert {p.metadata.labels["kubeferry.io/pod-group"] for p in pods} == {pods[0].metadata.labels[
+        "kubeferry.io/pod-group"]}  # one gang: the launcher's Job pod and the workers
+
+    async def succeeded() -> bool:
+        job = await jobs.get_namespaced_custom_object("kubeflow.org", "v2beta1", tenant2_ns, "mpijobs", "pi")
+        conditions = (job.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Succeeded" and c["status"] == "True" for c in conditions)
+
+    await eventually(succeeded, timeout=120, what="the MPIJob's condition Succeeded")
+
+    async def workers_gone() -> bool:
+        return all(p.metadata.annotations[UPSTREAM_NAME_ANNOTATION].startswith("pi-launcher-")
+                   for p in await _compute_pods(compute_api, tenant2_ns))
+
+    await eventually(workers_gone, timeout=60, what="the removed workers gone from the compute cluster")
+
