@@ -1,6 +1,6 @@
 """Build and cache the unmodified tenant-side clients Kube-Ferry is checked with: Kubeflow's Training
-Operator and MPI Operator, and KubeRay's operator, each from its Go module as its own repository builds it, with the CRDs its
-release installs.
+Operator and MPI Operator, and KubeRay's operator, each from its Go module as its own repository builds it,
+with the CRDs its release installs.
 
 Nothing of it is kept in this repository; the build is cached next to the control-plane binaries.
 """
