@@ -126,6 +126,8 @@ class PodReconciler:
         if status.terminal(tp):
             if cp is not None and not status.terminal(cp) and not cp["metadata"].get("deletionTimestamp"):
                 await self._delete_compute(cp, "tenant-terminal")
+            elif cp is None and _preempted(tp) and _controlled(tp):
+                await self._hand_back(tp)
             return
         if cp is None and status.forwarded(tp):
             await self._lost(key, tp)  # never re-created silently
@@ -303,6 +305,20 @@ class PodReconciler:
             if status_of(exc) not in (404, 409):
                 raise
 
+    async def _hand_back(self, tp: Obj) -> None:
+        """A preempted pod that a controller owns is deleted once it shows ``Preempted`` (its Event stays), as
+        kube-scheduler and Volcano delete the pods they preempt: its controller makes the next run. Left
+        ``Failed``, some wait for nothing (MPI Operator v2 replaces only missing workers, so the new launcher
+        its Job makes waits for a gang that never forms). A pod without a controller keeps the record."""
+        meta = tp["metadata"]
+        try:
+            await self.tenant.delete(path("", "v1", "pods", meta["namespace"], meta["name"]),
+                                     {"preconditions": {"uid": meta["uid"]}})
+            log.info("preempted pod handed back to its controller", pod=f"{meta['namespace']}/{meta['name']}")
+        except Exception as exc:
+            if status_of(exc) not in (404, 409):
+                raise
+
     async def _delete_compute(self, cp: Obj, why: str, grace: int | None = None) -> None:
         meta = cp["metadata"]
         body: Obj = {"preconditions": {"uid": meta["uid"]}}
@@ -317,6 +333,14 @@ class PodReconciler:
         if _held(cp):
             await self._drop_hold(cp)
         log.info("compute pod deleted", pod=meta["name"], why=why)
+
+
+def _preempted(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("reason") == "Preempted"
+
+
+def _controlled(pod: Obj) -> bool:
+    return any(o.get("controller") for o in pod["metadata"].get("ownerReferences") or [])
 
 
 def _gated(pod: Obj) -> bool:

@@ -20,7 +20,16 @@ from ferry.binaries import Binaries
 from ferry.binaries.clients import MPI_OPERATOR, ensure_operator
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
-from tests.helpers import api_client, eventually, fresh_namespace, logged_process, wait_sync
+from tests.helpers import (
+    api_client,
+    eventually,
+    fresh_namespace,
+    guarantee_claiming,
+    logged_process,
+    reserved_node,
+    running_pods,
+    wait_sync,
+)
 from vnode.naming import UPSTREAM_NAME_ANNOTATION, UPSTREAM_NS_LABEL
 
 TENANT = "tenant-2"
@@ -64,19 +73,23 @@ async def tenant2_ns(tenant2_api: client.ApiClient) -> AsyncIterator[str]:
         yield ns
 
 
-def mpijob(name: str, workers: int) -> dict[str, Any]:
-    """An MPIJob as the operator's examples write one: a launcher without GPUs that ends after 10 s, and
-    workers of one GPU each that run until the operator removes them (``cleanPodPolicy: Running``)."""
+def mpijob(name: str, workers: int, gpus: int = 1, launcher_runs: str = "10s",
+           node_selector: dict[str, str] | None = None) -> dict[str, Any]:
+    """An MPIJob as the operator's examples write one: a launcher without GPUs that ends after
+    ``launcher_runs``, and workers of ``gpus`` GPUs each that run until the operator removes them
+    (``cleanPodPolicy: Running``)."""
     def replica(count: int, container: str, duration: str, limits: dict[str, str]) -> dict[str, Any]:
+        spec: dict[str, Any] = {"containers": [{"name": container, "image": IMAGE,
+                                                "command": ["mpirun", "-n", str(workers), "/home/mpiuser/pi"],
+                                                "resources": {"limits": limits}}]}
+        if node_selector:
+            spec["nodeSelector"] = node_selector
         return {"replicas": count, "template": {
-            "metadata": {"annotations": {"kubeferry.io/sim-duration": duration}},
-            "spec": {"containers": [{"name": container, "image": IMAGE,
-                                     "command": ["mpirun", "-n", str(workers), "/home/mpiuser/pi"],
-                                     "resources": {"limits": limits}}]}}}
+            "metadata": {"annotations": {"kubeferry.io/sim-duration": duration}}, "spec": spec}}
     return {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": {"name": name},
             "spec": {"slotsPerWorker": 1, "runPolicy": {"cleanPodPolicy": "Running"}, "mpiReplicaSpecs": {
-                "Launcher": replica(1, "mpi-launcher", "10s", {"cpu": "1", "memory": "1Gi"}),
-                "Worker": replica(workers, "mpi-worker", "600s", {"nvidia.com/gpu": "1"})}}}
+                "Launcher": replica(1, "mpi-launcher", launcher_runs, {"cpu": "1", "memory": "1Gi"}),
+                "Worker": replica(workers, "mpi-worker", "600s", {"nvidia.com/gpu": str(gpus)})}}}
 
 
 async def _compute_pods(compute_api: client.ApiClient, tenant_ns: str) -> list[Any]:
@@ -114,3 +127,35 @@ async def test_an_mpijob_runs_its_launcher_job_and_workers_as_one_gang_and_succe
 
     await eventually(workers_gone, timeout=60, what="the removed workers gone from the compute cluster")
 
+
+@pytest.mark.usefixtures("mpi_operator")
+async def test_a_preempted_mpijob_is_replaced_by_its_operator_and_job_controller_and_runs_again(
+        tenant2_api: client.ApiClient, compute_api: client.ApiClient, tenant2_ns: str, compute_ns: str) -> None:
+    """An MPIJob borrowing a node is preempted whole for another queue's guarantee: the operator replaces
+    its workers and the tenant's Job controller its launcher; the replacements wait as one gang while the
+    node is taken, and run once it is free."""
+    ccore, tcore = client.CoreV1Api(compute_api), client.CoreV1Api(tenant2_api)
+    jobs = client.CustomObjectsApi(tenant2_api)
+    async with reserved_node(compute_api, tenant2_ns):
+        await jobs.create_namespaced_custom_object("kubeflow.org", "v2beta1", tenant2_ns, "mpijobs", mpijob(
+            "pi", 2, gpus=4, launcher_runs="600s", node_selector={"ferry-test": tenant2_ns}))
+        first = await eventually(lambda: running_pods(tcore, tenant2_ns, 3), timeout=90,
+                                 what="the launcher and 2 workers Running")
+
+        async with guarantee_claiming(compute_api, compute_ns, tenant2_ns) as urgent:
+            async def replaced() -> list[Any] | None:
+                pods = [p for p in (await tcore.list_namespaced_pod(tenant2_ns)).items
+                        if p.metadata.deletion_timestamp is None and p.status.phase not in ("Failed", "Succeeded")]
+                uids = {p.metadata.uid for p in first}
+                return pods if len(pods) == 3 and not any(p.metadata.uid in uids for p in pods) else None
+
+            await eventually(replaced, timeout=90, what="a new launcher and 2 new workers")
+            copies = await _compute_pods(compute_api, tenant2_ns)
+            assert not any(p.spec.node_name for p in copies), \
+                [(p.metadata.name, p.spec.node_name, p.status.phase) for p in copies]  # the gang waits whole
+
+            await ccore.delete_namespaced_pod(urgent, compute_ns, grace_period_seconds=0)
+            again = await eventually(lambda: running_pods(tcore, tenant2_ns, 3), timeout=90,
+                                     what="the replacements Running once the node is free")
+        assert not {p.metadata.uid for p in again} & {p.metadata.uid for p in first}
+        await jobs.delete_namespaced_custom_object("kubeflow.org", "v2beta1", tenant2_ns, "mpijobs", "pi")
