@@ -1,7 +1,8 @@
 """An unmodified Kubeflow MPI Operator (v0.6.0, the v2 controller, built from its Go module) in a tenant
 cluster with Volcano gang scheduling: an MPIJob's launcher (a batch Job, whose pod the tenant's own Job
 controller makes) and its GPU workers start as one gang through the virtual node, the job succeeds when
-the launcher ends, and the workers the operator then removes leave the compute cluster.
+the launcher ends, and the workers the operator then removes leave the compute cluster; preempted whole,
+the job is made again by the operator and the Job controller and runs again as one gang.
 
 It runs in tenant-2: its ``mpijobs.kubeflow.org`` CRD (v2beta1) is not the Training Operator's (v1), which
 the tests of that operator install in tenant-1."""
