@@ -18,6 +18,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from ferry.cluster.process import Component
 from ferry.kube import rest
+from vnode.naming import UPSTREAM_NS_LABEL
 
 T = TypeVar("T")
 
@@ -105,6 +106,12 @@ def logged_process(cmd: list[str], env: dict[str, str], log_path: Path) -> Itera
         proc.wait(timeout=30)
 
 
+async def compute_copies(compute_api: client.ApiClient, tenant_ns: str) -> list[Any]:
+    """The compute pods the vnodes made for the pods of tenant namespace ``tenant_ns``."""
+    return list((await client.CoreV1Api(compute_api).list_pod_for_all_namespaces(
+        label_selector=f"{UPSTREAM_NS_LABEL}={tenant_ns}")).items)
+
+
 async def running_pods(core: client.CoreV1Api, ns: str, count: int) -> list[Any] | None:
     """The namespace's ``count`` pods, if that many are there (not being deleted) and all Running."""
     pods = [p for p in (await core.list_namespaced_pod(ns)).items if p.metadata.deletion_timestamp is None]
@@ -135,11 +142,7 @@ async def guarantee_claiming(compute_api: client.ApiClient, compute_ns: str, lab
     await custom.create_cluster_custom_object("scheduling.kubeferry.io", "v1alpha1", "queues", {
         "apiVersion": "scheduling.kubeferry.io/v1alpha1", "kind": "Queue", "metadata": {"name": queue},
         "spec": {"namespaces": [compute_ns], "guaranteed": {"gpu": "8"}, "preemption": {"victimGraceSeconds": 4}}})
-    try:
-        async def service_account() -> bool:
-            return bool((await core.list_namespaced_service_account(compute_ns)).items)
-
-        await eventually(service_account, what="the compute namespace's ServiceAccount")
+    try:  # compute_ns is a fresh_namespace: its ServiceAccount exists
         await core.create_namespaced_pod(compute_ns, {
             "metadata": {"name": "urgent"},
             "spec": {"schedulerName": "kube-ferry", "nodeSelector": {"ferry-test": label},

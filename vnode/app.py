@@ -164,7 +164,7 @@ class Vnode:
             if found is None:
                 return None
             kind, group = found
-            return {**group, "apiVersion": gangs.api_version(kind), "kind": "PodGroup"}
+            return gangs.as_object(kind, group)
         return None
 
     async def reflect_group(self, key: str) -> None:

@@ -113,6 +113,11 @@ def api_version(kind: str) -> str:
     return "/".join(_gvr(kind)[:2])
 
 
+def as_object(kind: str, group: Obj) -> Obj:
+    """A tenant PodGroup from the cache (which drops apiVersion and kind) as an Event can name it."""
+    return {**group, "apiVersion": api_version(kind), "kind": "PodGroup"}
+
+
 class Gangs:
     def __init__(self, b: Bridge, tenant: Rest, compute: Rest, caches: Caches, recorder: Recorder) -> None:
         self.b = b
@@ -177,9 +182,8 @@ class Gangs:
         try:
             want = self.declared(gang, group)
         except InvalidGroup as exc:
-            await self.recorder.emit({**group, "apiVersion": api_version(kind), "kind": "PodGroup"}, "Warning",
-                                     "InvalidPodGroup", f"{exc}; the running gang keeps what it was given",
-                                     key=str(exc))
+            await self.recorder.emit(as_object(kind, group), "Warning", "InvalidPodGroup",
+                                     f"{exc}; the running gang keeps what it was given", key=str(exc))
             return
         spec = have.get("spec") or {}
         change = {k: want.get(k) for k in DECLARED if spec.get(k) != want.get(k)}  # None removes a field
@@ -193,9 +197,9 @@ class Gangs:
                 return  # gone or made again (the UID differs): made from the group as it is then
             if status_of(exc) != 422:
                 raise
-            await self.recorder.emit({**group, "apiVersion": api_version(kind), "kind": "PodGroup"}, "Warning",
-                                     "InvalidPodGroup", f"the compute cluster refused the change of PodGroup "
-                                     f"{gang.name}: {message_of(exc)}", key=message_of(exc))
+            await self.recorder.emit(as_object(kind, group), "Warning", "InvalidPodGroup",
+                                     f"the compute cluster refused the change of PodGroup {gang.name}: "
+                                     f"{message_of(exc)}", key=message_of(exc))
             return
         self.caches.compute_groups.remember(patched)
         log.info("compute PodGroup follows its tenant group", group=gang.name, namespace=gang.namespace,
@@ -230,8 +234,6 @@ class Gangs:
         try:
             created = await self.compute.create(url, body)
             self.caches.compute_groups.remember(created)
-            if (now := self.tenant_group(gang)) is not None and now is not group:
-                await self.follow(gang.kind, now)  # changed while it was being made: its change was not applied
         except Exception as exc:
             if status_of(exc) == 422:
                 raise InvalidGroup(f"the compute cluster rejected PodGroup {gang.name}: {message_of(exc)}") from exc
@@ -242,6 +244,9 @@ class Gangs:
                 await self._delete_stale(live)
                 raise NotReady(f"the compute PodGroup of an earlier {gang.kind} PodGroup {gang.name} "
                                "is being replaced") from exc
+        else:
+            if (now := self.tenant_group(gang)) is not None and now is not group:
+                await self.follow(gang.kind, now)  # changed while it was being made: its change was not applied
 
     async def _delete_stale(self, group: Obj) -> None:
         meta = group["metadata"]

@@ -298,6 +298,11 @@ class PodReconciler:
                 grace = meta.get("deletionGracePeriodSeconds")
                 await self._delete_compute(cp, "tenant-deleted", grace)
             return
+        await self._delete_tenant(tp)
+
+    async def _delete_tenant(self, tp: Obj) -> None:
+        """Finish the tenant pod (this incarnation only): nothing of it runs here any more."""
+        meta = tp["metadata"]
         try:
             await self.tenant.delete(path("", "v1", "pods", meta["namespace"], meta["name"]),
                                      {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}})
@@ -310,14 +315,9 @@ class PodReconciler:
         kube-scheduler and Volcano delete the pods they preempt: its controller makes the next run. Left
         ``Failed``, some wait for nothing (MPI Operator v2 replaces only missing workers, so the new launcher
         its Job makes waits for a gang that never forms). A pod without a controller keeps the record."""
-        meta = tp["metadata"]
-        try:
-            await self.tenant.delete(path("", "v1", "pods", meta["namespace"], meta["name"]),
-                                     {"preconditions": {"uid": meta["uid"]}})
-            log.info("preempted pod handed back to its controller", pod=f"{meta['namespace']}/{meta['name']}")
-        except Exception as exc:
-            if status_of(exc) not in (404, 409):
-                raise
+        await self._delete_tenant(tp)
+        log.info("preempted pod handed back to its controller",
+                 pod=f"{tp['metadata']['namespace']}/{tp['metadata']['name']}")
 
     async def _delete_compute(self, cp: Obj, why: str, grace: int | None = None) -> None:
         meta = cp["metadata"]

@@ -18,7 +18,15 @@ from ferry.binaries import Binaries
 from ferry.binaries.clients import KUBERAY, ensure_operator
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
-from tests.helpers import eventually, guarantee_claiming, logged_process, reserved_node, running_pods, wait_sync
+from tests.helpers import (
+    compute_copies,
+    eventually,
+    guarantee_claiming,
+    logged_process,
+    reserved_node,
+    running_pods,
+    wait_sync,
+)
 from vnode.naming import UPSTREAM_NAME_ANNOTATION, UPSTREAM_NS_LABEL
 
 TENANT = "tenant-1"
@@ -60,11 +68,6 @@ def raycluster(name: str, workers: int, gpus: int = 1, node_selector: dict[str, 
                                                              "nvidia.com/gpu": str(gpus)})}]}}
 
 
-async def _compute_pods(compute_api: client.ApiClient, tenant_ns: str) -> list[Any]:
-    return list((await client.CoreV1Api(compute_api).list_pod_for_all_namespaces(
-        label_selector=f"{UPSTREAM_NS_LABEL}={tenant_ns}")).items)
-
-
 def _running(pods: list[Any], count: int) -> list[Any] | None:
     live = [p for p in pods if p.metadata.deletion_timestamp is None]
     return live if len(live) == count and all(p.status.phase == "Running" and p.spec.node_name for p in live) \
@@ -79,7 +82,7 @@ async def test_a_raycluster_starts_as_one_gang_scales_and_leaves_nothing_when_de
     await rays.create_namespaced_custom_object("ray.io", "v1", tenant_ns, "rayclusters", raycluster("rc", workers=2))
 
     async def compute_running(count: int) -> list[Any] | None:
-        return _running(await _compute_pods(compute_api, tenant_ns), count)
+        return _running(await compute_copies(compute_api, tenant_ns), count)
 
     pods = await eventually(lambda: compute_running(3), timeout=90,
                             what="the head and 2 workers Running in the compute cluster")
@@ -129,7 +132,7 @@ async def test_a_raycluster_starts_as_one_gang_scales_and_leaves_nothing_when_de
     await client.CoreV1Api(tenant_api).delete_collection_namespaced_pod(tenant_ns)
 
     async def replaced() -> list[Any] | None:
-        pods = _running(await _compute_pods(compute_api, tenant_ns), 2)
+        pods = _running(await compute_copies(compute_api, tenant_ns), 2)
         names = {p.metadata.annotations[UPSTREAM_NAME_ANNOTATION] for p in pods or []}
         return pods if pods and not names & {p.metadata.name for p in kept} else None
 
@@ -138,7 +141,7 @@ async def test_a_raycluster_starts_as_one_gang_scales_and_leaves_nothing_when_de
     await rays.delete_namespaced_custom_object("ray.io", "v1", tenant_ns, "rayclusters", "rc")
 
     async def gone() -> bool:
-        return not await _compute_pods(compute_api, tenant_ns)
+        return not await compute_copies(compute_api, tenant_ns)
 
     await eventually(gone, timeout=90, what="the deleted RayCluster's compute pods to be gone")
 
@@ -199,7 +202,7 @@ async def test_a_preempted_raycluster_is_recreated_by_its_operator_and_runs_agai
                 return pods if len(pods) == 2 and len(fresh) == 2 else None
 
             await eventually(replaced_and_waiting, timeout=60, what="the operator's replacements of both members")
-            copies = [p for p in await _compute_pods(compute_api, tenant_ns) if p.metadata.deletion_timestamp is None]
+            copies = [p for p in await compute_copies(compute_api, tenant_ns) if p.metadata.deletion_timestamp is None]
             assert len(copies) <= 2 and not any(p.spec.node_name for p in copies), \
                 [(p.metadata.name, p.spec.node_name, p.status.phase) for p in copies]  # the gang waits whole
 
@@ -207,7 +210,7 @@ async def test_a_preempted_raycluster_is_recreated_by_its_operator_and_runs_agai
             again = await eventually(lambda: running_pods(tcore, tenant_ns, 2), timeout=90,
                                      what="the replacements Running once the node is free")
         assert not {p.metadata.name for p in again} & {p.metadata.name for p in first}
-        assert _running(await _compute_pods(compute_api, tenant_ns), 2) is not None  # one copy each, no more
+        assert _running(await compute_copies(compute_api, tenant_ns), 2) is not None  # one copy each, no more
         await tcustom.delete_namespaced_custom_object("ray.io", "v1", tenant_ns, "rayclusters", "soak")
 
 

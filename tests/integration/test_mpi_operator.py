@@ -23,6 +23,7 @@ from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
 from tests.helpers import (
     api_client,
+    compute_copies,
     eventually,
     fresh_namespace,
     guarantee_claiming,
@@ -31,7 +32,7 @@ from tests.helpers import (
     running_pods,
     wait_sync,
 )
-from vnode.naming import UPSTREAM_NAME_ANNOTATION, UPSTREAM_NS_LABEL
+from vnode.naming import UPSTREAM_NAME_ANNOTATION
 
 TENANT = "tenant-2"
 LOCK_NS = "mpi-operator"  # where its leader election keeps its Lease (its release's namespace)
@@ -94,9 +95,7 @@ def mpijob(name: str, workers: int, gpus: int = 1, launcher_runs: str = "10s",
 
 
 async def _compute_pods(compute_api: client.ApiClient, tenant_ns: str) -> list[Any]:
-    pods = (await client.CoreV1Api(compute_api).list_pod_for_all_namespaces(
-        label_selector=f"{UPSTREAM_NS_LABEL}={tenant_ns}")).items
-    return [p for p in pods if p.metadata.deletion_timestamp is None]
+    return [p for p in await compute_copies(compute_api, tenant_ns) if p.metadata.deletion_timestamp is None]
 
 
 @pytest.mark.usefixtures("mpi_operator")

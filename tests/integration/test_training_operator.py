@@ -21,8 +21,15 @@ from ferry.binaries import Binaries
 from ferry.binaries.clients import TRAINING_OPERATOR, ensure_operator
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
-from tests.helpers import eventually, guarantee_claiming, logged_process, reserved_node, running_pods, wait_sync
-from vnode.naming import UPSTREAM_NS_LABEL
+from tests.helpers import (
+    compute_copies,
+    eventually,
+    guarantee_claiming,
+    logged_process,
+    reserved_node,
+    running_pods,
+    wait_sync,
+)
 
 TENANT = "tenant-1"
 OPERATOR_NS = "kubeflow"
@@ -111,11 +118,6 @@ async def _succeeded(jobs: client.CustomObjectsApi, ns: str, plural: str, name: 
     return any(c["type"] == "Succeeded" and c["status"] == "True" for c in conditions)
 
 
-async def _compute_pods(compute_api: client.ApiClient, tenant_ns: str) -> list[Any]:
-    return list((await client.CoreV1Api(compute_api).list_pod_for_all_namespaces(
-        label_selector=f"{UPSTREAM_NS_LABEL}={tenant_ns}")).items)
-
-
 @pytest.mark.usefixtures("training_operator")
 async def test_a_pytorchjob_runs_through_the_virtual_node_and_succeeds(
         tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
@@ -124,7 +126,7 @@ async def test_a_pytorchjob_runs_through_the_virtual_node_and_succeeds(
                                                pytorchjob("mnist", workers=3, duration="5s"))
 
     async def placed() -> list[Any] | None:
-        pods = await _compute_pods(compute_api, tenant_ns)
+        pods = await compute_copies(compute_api, tenant_ns)
         return pods if len(pods) == 4 and all(p.spec.node_name for p in pods) else None
 
     for pod in await eventually(placed, timeout=90, what="the job's 4 pods bound in the compute cluster"):
@@ -151,14 +153,14 @@ async def test_a_pytorchjob_deleted_while_running_leaves_nothing_in_the_compute_
                                                pytorchjob("long", workers=2, duration="600s"))
 
     async def running() -> bool:
-        pods = await _compute_pods(compute_api, tenant_ns)
+        pods = await compute_copies(compute_api, tenant_ns)
         return len(pods) == 3 and all(p.status.phase == "Running" for p in pods)
 
     await eventually(running, timeout=90, what="the job's 3 pods Running in the compute cluster")
     await jobs.delete_namespaced_custom_object("kubeflow.org", "v1", tenant_ns, "pytorchjobs", "long")
 
     async def gone() -> bool:
-        return not await _compute_pods(compute_api, tenant_ns)
+        return not await compute_copies(compute_api, tenant_ns)
 
     await eventually(gone, timeout=90, what="the deleted job's compute pods to be gone")
 
@@ -187,7 +189,7 @@ async def test_an_mpijob_runs_its_launcher_and_workers_as_one_gang_and_succeeds(
     await jobs.create_namespaced_custom_object("kubeflow.org", "v1", tenant_ns, "mpijobs", mpijob("mpi", workers=2))
 
     async def started() -> list[Any] | None:
-        pods = await _compute_pods(compute_api, tenant_ns)
+        pods = await compute_copies(compute_api, tenant_ns)
         return pods if len(pods) == 3 and all(p.status.phase in ("Running", "Succeeded") for p in pods) else None
 
     await eventually(started, timeout=90, what="the launcher and 2 workers started in the compute cluster")
@@ -196,7 +198,7 @@ async def test_an_mpijob_runs_its_launcher_and_workers_as_one_gang_and_succeeds(
                      what="the MPIJob's condition Succeeded")
 
     async def workers_gone() -> bool:
-        pods = await _compute_pods(compute_api, tenant_ns)
+        pods = await compute_copies(compute_api, tenant_ns)
         return [p.metadata.labels.get("training.kubeflow.org/replica-type") for p in pods] == ["launcher"]
 
     await eventually(workers_gone, timeout=90, what="the running workers removed, leaving the launcher")
@@ -226,7 +228,7 @@ async def test_a_preempted_pytorchjob_is_replaced_by_its_operator_and_runs_again
                 return pods if len(pods) == 2 and not any(p.metadata.uid in uids for p in pods) else None
 
             await eventually(replaced, timeout=60, what="the operator's new master and worker")
-            copies = await _compute_pods(compute_api, tenant_ns)
+            copies = await compute_copies(compute_api, tenant_ns)
             assert not any(p.spec.node_name and p.metadata.deletion_timestamp is None for p in copies), \
                 [(p.metadata.name, p.spec.node_name, p.status.phase) for p in copies]  # the gang waits whole
 
