@@ -2,8 +2,10 @@
 every 30–90 s; then nothing may be duplicated, lost, orphaned, half bound or miscounted.
 
 Run with ``python -m tests.soak [--minutes 15]``. The stream is what tenants submit: single GPU pods,
-Volcano gangs (as operators write them) and elastic gangs that borrow idle GPUs and are preempted when
-the other tenant reclaims its guarantee; finished jobs are deleted, some running ones too. The faults are
+Volcano gangs (as operators write them), elastic gangs that borrow idle GPUs and are preempted when the
+other tenant reclaims its guarantee, and elastic batch Jobs, whose preempted pods the virtual node hands
+back to the Job controller to make again (a Job that fails for anything else is counted); finished jobs
+are deleted, some running ones too. The faults are
 ``kill -9`` of a vnode, of the scheduler leader (a standby takes over), of a tenant apiserver, of the
 compute apiserver for up to 60 s and of etcd for 10 s; what dies as a consequence is restarted as a
 kubelet would (counted). After each fault, a canary pod per tenant measures how long the bridge takes to
@@ -21,6 +23,7 @@ import random
 import sys
 import time
 from collections import Counter
+from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,11 +64,12 @@ class Audit:
     partial_gangs: int = 0  # gangs with some members bound and others waiting, below minMember
     accounting_off_gpus: float = 0.0  # |Queue status allocated − recount from bound pods|, summed
     unsettled: int = 0  # tenant pods neither terminal nor Running
+    failed_jobs: int = 0  # batch Jobs that failed: their pods can fail only through the bridge
     examples: list[str] = field(default_factory=list)
 
     def clean(self) -> bool:
         return not any((self.duplicates, self.orphans, self.lost, self.status_mismatches, self.partial_gangs,
-                        self.accounting_off_gpus, self.unsettled))
+                        self.accounting_off_gpus, self.unsettled, self.failed_jobs))
 
     def note(self, what: str) -> None:
         if len(self.examples) < 8:
@@ -86,11 +90,13 @@ def _gpus(pod: Obj) -> float:
 
 
 def audit(tenant_pods: dict[str, list[Obj]], compute_pods: list[Obj], groups: list[Obj], queues: list[Obj],
-          vanished: int = 0) -> Audit:
+          vanished: int = 0, failed_jobs: AbstractSet[str] = frozenset()) -> Audit:
     """Judge one snapshot. ``tenant_pods`` by tenant (= its compute namespace); ``compute_pods`` of every
     tenant namespace; ``vanished``: pods the stream created and never deleted that the tenant API no
-    longer has."""
-    a = Audit(lost=vanished)
+    longer has; ``failed_jobs``: batch Jobs seen failed (``tenant/name``)."""
+    a = Audit(lost=vanished, failed_jobs=len(failed_jobs))
+    for job in sorted(failed_jobs):
+        a.note(f"batch Job {job} failed")
     live = [p for p in compute_pods if not p["metadata"].get("deletionTimestamp")]
     copies: dict[str, list[Obj]] = {}
     for p in live:
@@ -154,10 +160,13 @@ class Stream:
     jobs: Counter[str] = field(default_factory=Counter)
     refused: Counter[str] = field(default_factory=Counter)  # requests a down apiserver refused (retried later)
     preempted: set[str] = field(default_factory=set)  # jobs whose pods ended Failed/Preempted
+    batch: dict[str, set[str]] = field(default_factory=dict)  # batch Jobs created, by tenant
+    failed_jobs: set[str] = field(default_factory=set)  # tenant/name of batch Jobs seen failed
 
     def job(self, rng: random.Random, n: int) -> tuple[str, list[Obj], Obj | None]:
-        """One job as tenants write it: its name, its pods and (gangs) its Volcano PodGroup."""
-        kind = rng.choices(("single", "gang", "elastic"), weights=(5, 4, 1))[0]
+        """One job as tenants write it: its name, its pods (or its batch Job) and (gangs) its Volcano
+        PodGroup."""
+        kind = rng.choices(("single", "gang", "elastic", "batch"), weights=(5, 4, 1, 1))[0]
         name = f"{kind[0]}{n:05d}"
         if kind == "single":
             return name, [objects.gpu_pod(name, rng.choice((1, 1, 2, 4)), f"{rng.randint(20, 120)}s")], None
@@ -166,6 +175,10 @@ class Stream:
             duration = f"{rng.randint(30, 180)}s"
             return name, objects.gang_members(name, members, gpus, duration=duration), \
                 objects.volcano_group(name, members)
+        if kind == "batch":
+            members = rng.choice((2, 4))
+            return name, [objects.batch_job(name, members, 8, elastic=True, duration="240s")], \
+                objects.volcano_group(name, members, elastic=True)
         return name, objects.gang_members(name, 4, 8, elastic=True, duration="240s"), \
             objects.volcano_group(name, 4, elastic=True)
 
@@ -198,13 +211,16 @@ async def _create_job(rest: Rest, tenant: str, stream: Stream, job: tuple[str, l
     """Create what of the job does not exist yet (409: it does); False when a fault refused a request."""
     name, pods, group = job
     created = stream.created.setdefault(tenant, set())
+    batch = stream.batch.setdefault(tenant, set())
     try:
         if group is not None:
             await _create(rest, path(*objects.VOLCANO, "podgroups", NS), group)
-        for pod in pods:
-            if pod["metadata"]["name"] not in created:
-                await _create(rest, path("", "v1", "pods", NS), pod)
-                created.add(pod["metadata"]["name"])
+        for obj in pods:
+            made, url = (batch, path("batch", "v1", "jobs", NS)) if obj["kind"] == "Job" else \
+                (created, path("", "v1", "pods", NS))
+            if obj["metadata"]["name"] not in made:
+                await _create(rest, url, obj)
+                made.add(obj["metadata"]["name"])
     except Exception as exc:
         stream.refused[type(exc).__name__ if not status_of(exc) else str(status_of(exc))] += 1
         return False
@@ -221,14 +237,19 @@ async def _create(rest: Rest, url: str, obj: Obj) -> None:
 
 
 async def reap(rest: Rest, tenant: str, stream: Stream, rng: random.Random, stop: asyncio.Event) -> None:
-    """Delete finished jobs (a TTL controller) and, now and then, a running one (a user cancelling)."""
+    """Delete finished jobs (a TTL controller) and, now and then, a running one (a user cancelling); note
+    which jobs were preempted (by their pods' Events: a batch Job's preempted pods are soon deleted)."""
     deleted = stream.deleted.setdefault(tenant, set())
     while not stop.is_set():
         await _pause(stop, 10.0)
         try:
             pods = (await rest.get(path("", "v1", "pods", NS)))["items"]
+            batch = (await rest.get(path("batch", "v1", "jobs", NS)))["items"]
+            told = (await rest.get(path("", "v1", "events", NS), fieldSelector="reason=Preempted"))["items"]
         except Exception:
             continue
+        stream.preempted |= {f"{tenant}/{e['involvedObject']['name'].rsplit('-', 1)[0]}" for e in told}
+        await _reap_batch(rest, tenant, stream, rng, batch)
         by_job: dict[str, list[Obj]] = {}
         for p in pods:
             by_job.setdefault(p["metadata"].get("labels", {}).get("app", ""), []).append(p)
@@ -236,8 +257,8 @@ async def reap(rest: Rest, tenant: str, stream: Stream, rng: random.Random, stop
             if any((p.get("status") or {}).get("reason") == "Preempted" for p in members):
                 stream.preempted.add(f"{tenant}/{job}")
             done = all(_phase(p) in TERMINAL for p in members)
-            if not job or job.startswith("canary") or not (done or rng.random() < 0.01):
-                continue
+            if not job or job.startswith("canary") or job[0] == "b" or not (done or rng.random() < 0.01):
+                continue  # a batch Job's pods go with their Job
             try:
                 for p in members:
                     deleted.add(p["metadata"]["name"])  # before the call: its answer may be lost to a fault
@@ -247,6 +268,25 @@ async def reap(rest: Rest, tenant: str, stream: Stream, rng: random.Random, stop
             except Exception as exc:
                 if status_of(exc) != 404:
                     stream.refused["reaper"] += 1
+
+
+async def _reap_batch(rest: Rest, tenant: str, stream: Stream, rng: random.Random, jobs: list[Obj]) -> None:
+    """Delete batch Jobs that completed or failed (noting the failed), and now and then a running one; their
+    pods go with them (the garbage collector), then their PodGroup."""
+    for job in jobs:
+        name = job["metadata"]["name"]
+        ended = {c["type"] for c in (job.get("status") or {}).get("conditions") or []
+                 if c.get("status") == "True"} & {"Complete", "Failed"}
+        if "Failed" in ended:
+            stream.failed_jobs.add(f"{tenant}/{name}")
+        if not (ended or rng.random() < 0.01):
+            continue
+        try:
+            await rest.delete(path("batch", "v1", "jobs", NS, name), {"propagationPolicy": "Background"})
+            await rest.delete(path(*objects.VOLCANO, "podgroups", NS, name))
+        except Exception as exc:
+            if status_of(exc) != 404:
+                stream.refused["reaper"] += 1
 
 
 async def _pause(stop: asyncio.Event, seconds: float) -> None:
@@ -430,7 +470,12 @@ async def snapshot(compute: Rest, tenants: dict[str, Rest], stream: Stream) -> A
     for t, names in stream.created.items():
         have = {p["metadata"]["name"] for p in tenant_pods[t]}
         vanished += len(names - stream.deleted.get(t, set()) - have)
-    return audit(tenant_pods, compute_pods, groups, queues, vanished)
+    failed = set(stream.failed_jobs)
+    for t, r in tenants.items():
+        failed |= {f"{t}/{j['metadata']['name']}" for j in (await r.get(path("batch", "v1", "jobs", NS)))["items"]
+                   if any(c["type"] == "Failed" and c.get("status") == "True"
+                          for c in (j.get("status") or {}).get("conditions") or [])}
+    return audit(tenant_pods, compute_pods, groups, queues, vanished, failed)
 
 
 async def converge(compute: Rest, tenants: dict[str, Rest], stream: Stream, deadline: float) -> tuple[Audit, float]:
@@ -522,6 +567,7 @@ def report(args: argparse.Namespace, result: Audit, took: float, stream: Stream,
     out = {
         "minutes": args.minutes, "gpu_nodes": args.gpu_nodes, "seed": args.seed,
         "jobs": dict(stream.jobs), "jobs_preempted": len(stream.preempted),
+        "batch_jobs_preempted": sum(j.split("/", 1)[1].startswith("b") for j in stream.preempted),
         "pods_created": sum(len(v) for v in stream.created.values()),
         "pods_deleted": sum(len(v) for v in stream.deleted.values()), "refused_requests": dict(stream.refused),
         "faults": [asdict(r) for r in chaos.records], "collateral_restarts": keeper.restarts,
@@ -531,13 +577,14 @@ def report(args: argparse.Namespace, result: Audit, took: float, stream: Stream,
     }
     written = write_results(args, "soak", out)
     print("\n=== chaos soak ===")
-    print(f"jobs {dict(stream.jobs)} (s: single pods, g: gangs, e: elastic gangs), {len(stream.preempted)} "
-          f"preempted as whole jobs; {out['pods_created']} pods created, {out['pods_deleted']} deleted")
+    print(f"jobs {dict(stream.jobs)} (s: single pods, g: gangs, e: elastic gangs, b: elastic batch Jobs), "
+          f"{len(stream.preempted)} preempted as whole jobs ({out['batch_jobs_preempted']} of them batch Jobs); "
+          f"{out['pods_created']} pods created, {out['pods_deleted']} deleted")
     print(f"faults {len(chaos.records)}: {dict(Counter(r.kind for r in chaos.records))}; "
           f"restarts of other components: {keeper.restarts or 'none'}")
     print(f"duplicates {result.duplicates}, lost {result.lost}, orphans {result.orphans}, partially bound gangs "
           f"{result.partial_gangs}, status mismatches {result.status_mismatches}, queue accounting off by "
-          f"{result.accounting_off_gpus:g} GPUs, unsettled {result.unsettled}")
+          f"{result.accounting_off_gpus:g} GPUs, unsettled {result.unsettled}, failed batch Jobs {result.failed_jobs}")
     print(f"worst recovery after a fault {worst:.1f} s ({out['unrecovered_faults']} never recovered); "
           f"converged {took:.1f} s after the stream stopped" if result.clean() else
           f"NOT converged within {args.converge_s:.0f} s: {result.examples}")

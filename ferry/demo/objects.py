@@ -53,6 +53,21 @@ def gang_members(job: str, members: int, gpus: int, *, elastic: bool = False, du
             for i in range(members)]
 
 
+def batch_job(job: str, members: int, gpus: int, *, elastic: bool = False, duration: str = "1h") -> Obj:
+    """A ``batch/v1`` Job whose ``members`` pods of ``gpus`` whole GPUs run as the Volcano gang ``job``. As
+    preemptible Jobs are written, a pod that failed because its gang was preempted (condition
+    ``DisruptionTarget``) is replaced without counting against the backoff limit; any other failure fails
+    the Job (``backoffLimit: 0``)."""
+    template = gang_members(job, 1, gpus, elastic=elastic, duration=duration)[0]
+    meta = {k: v for k, v in template["metadata"].items() if k not in ("name", "namespace")}
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": job, "namespace": NAMESPACE, "labels": {"app": job}},
+            "spec": {"parallelism": members, "completions": members, "backoffLimit": 0,
+                     "podFailurePolicy": {"rules": [{"action": "Ignore",
+                                                     "onPodConditions": [{"type": "DisruptionTarget"}]}]},
+                     "template": {"metadata": meta, "spec": template["spec"]}}}
+
+
 def gpu_pod(job: str, gpus: int, duration: str = "1h") -> Obj:
     """One pod of ``gpus`` whole GPUs that tolerates the virtual node (placed by the tenant's scheduler)."""
     return _pod(job, job, "guaranteed",

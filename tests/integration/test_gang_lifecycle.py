@@ -10,7 +10,8 @@ import pytest
 from kubernetes_asyncio import client
 
 from ferry.cluster.process import Component
-from tests.helpers import eventually
+from ferry.demo import objects
+from tests.helpers import compute_copies, eventually, guarantee_claiming, reserved_node, running_pods
 from vnode import naming
 
 pytestmark = pytest.mark.usefixtures("vnodes")
@@ -127,6 +128,50 @@ async def test_launcher_and_workers_gang_completes(tenant_api: client.ApiClient,
     assert group["status"]["phase"] == "Succeeded" and group["status"]["succeeded"] == 5
     job = await client.BatchV1Api(tenant_api).read_namespaced_job("mpi-launcher", tenant_ns)
     assert job.status.succeeded == 1
+
+
+async def test_a_preempted_batch_job_is_made_again_by_the_job_controller_and_completes(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str, compute_ns: str) -> None:
+    """A plain batch Job written as preemptible Jobs are (its ``podFailurePolicy`` ignores
+    ``DisruptionTarget``), two pods in one Volcano gang, borrows a node that another queue's guarantee
+    claims: both pods are told ``Preempted`` and handed back, the tenant's Job controller makes two new ones
+    without counting a failure, they wait as one gang while the node is taken, run once it is free, and the
+    Job completes."""
+    tcore, ccore, batch = client.CoreV1Api(tenant_api), client.CoreV1Api(compute_api), client.BatchV1Api(tenant_api)
+    await tenant_group(tenant_api, VOLCANO, tenant_ns, "train", 2)
+    job = objects.batch_job("train", 2, 4, duration="40s")
+    job["metadata"]["namespace"] = tenant_ns
+    job["spec"]["template"]["spec"]["nodeSelector"] = {"ferry-test": tenant_ns}
+    async with reserved_node(compute_api, tenant_ns):
+        await batch.create_namespaced_job(tenant_ns, job)
+        first = await eventually(lambda: running_pods(tcore, tenant_ns, 2), timeout=60, what="both pods Running")
+
+        async with guarantee_claiming(compute_api, compute_ns, tenant_ns) as urgent:
+            async def replaced() -> list[Any] | None:
+                pods = [p for p in (await tcore.list_namespaced_pod(tenant_ns)).items
+                        if p.metadata.deletion_timestamp is None and p.status.phase not in ("Failed", "Succeeded")]
+                uids = {p.metadata.uid for p in first}
+                return pods if len(pods) == 2 and not any(p.metadata.uid in uids for p in pods) else None
+
+            new = await eventually(replaced, timeout=60, what="two new pods from the Job controller")
+            told = (await tcore.list_namespaced_event(tenant_ns, field_selector="reason=Preempted")).items
+            assert {e.involved_object.name for e in told} >= {p.metadata.name for p in first}
+            assert not (await batch.read_namespaced_job("train", tenant_ns)).status.failed
+            new_uids = {p.metadata.uid for p in new}
+            copies = [c for c in await compute_copies(compute_api, tenant_ns)
+                      if c.metadata.labels.get(naming.UPSTREAM_UID_LABEL) in new_uids]
+            assert not any(c.spec.node_name for c in copies), \
+                [(c.metadata.name, c.spec.node_name) for c in copies]  # the gang waits whole
+
+            await ccore.delete_namespaced_pod(urgent, compute_ns, grace_period_seconds=0)
+
+            async def complete() -> Any:
+                status = (await batch.read_namespaced_job("train", tenant_ns)).status
+                done = any(c.type == "Complete" and c.status == "True" for c in status.conditions or [])
+                return status if done else None
+
+            status = await eventually(complete, timeout=120, what="the Job Complete after its second run")
+        assert status.succeeded == 2 and not status.failed, status
 
 
 async def test_a_tenant_gang_declared_after_another_starts_once_that_one_succeeded(

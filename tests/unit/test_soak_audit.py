@@ -75,3 +75,11 @@ def test_a_queue_that_miscounts_its_pods_is_off_by_the_difference() -> None:
     compute = [copy("a", gpus=8), copy("b", "Succeeded", gpus=8)]  # a finished pod holds nothing
     assert audit({"tenant-1": pods}, compute, [], [queue("16")]).accounting_off_gpus == 8
     assert audit({"tenant-1": pods}, compute, [], [queue("8")]).accounting_off_gpus == 0
+
+
+def test_a_failed_batch_job_is_counted_though_every_pod_is_clean() -> None:
+    pods = [tenant_pod("b1-x"), tenant_pod("b1-y")]
+    compute = [copy("b1-x"), copy("b1-y")]
+    assert audit({"tenant-1": pods}, compute, [], []).clean()
+    result = audit({"tenant-1": pods}, compute, [], [], failed_jobs={"tenant-1/b1"})
+    assert result.failed_jobs == 1 and not result.clean() and "tenant-1/b1" in result.examples[0]

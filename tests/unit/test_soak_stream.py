@@ -55,3 +55,17 @@ async def test_a_create_whose_answer_was_lost_counts_as_made_on_the_next_try() -
     assert not await _create_job(api, "t", stream, job)
     assert await _create_job(api, "t", stream, job)  # 409 for the group and the first pod: they exist
     assert stream.created["t"] == {p["metadata"]["name"] for p in job[1]} and stream.jobs["g"] == 1
+
+
+async def test_a_batch_job_is_created_once_with_its_group_and_counts_no_pod() -> None:
+    api: Any = FlakyApi(fail_at=2)  # the group, then the Job is refused
+    name = "b00001"
+    stream, job = Stream(), (name, [objects.batch_job(name, 2, 8, elastic=True)], objects.volcano_group(name, 2))
+    assert not await _create_job(api, "t", stream, job)
+    assert await _create_job(api, "t", stream, job)
+    assert stream.batch["t"] == {name} and not stream.created["t"] and stream.jobs["b"] == 1
+    made = [k for k in api.made if k[0].endswith("/jobs")]
+    assert made == [("/apis/batch/v1/namespaces/demo/jobs", name)]
+    spec = job[1][0]["spec"]
+    assert spec["parallelism"] == spec["completions"] == 2 and spec["backoffLimit"] == 0
+    assert spec["template"]["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == name
