@@ -7,6 +7,7 @@ import dataclasses
 import inspect
 import subprocess
 import time
+import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -104,6 +105,13 @@ def logged_process(cmd: list[str], env: dict[str, str], log_path: Path) -> Itera
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def vnode_metrics(vnode: Component) -> dict[str, float]:
+    """A vnode's /metrics: each series, named as exposed (``name{label="value",...}``), to its value."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{vnode.spec.ports[1]}/metrics", timeout=5).read().decode()
+    return {series: float(value) for series, _, value in (line.rpartition(" ") for line in text.splitlines())
+            if series and not series.startswith("#")}
 
 
 async def compute_copies(compute_api: client.ApiClient, tenant_ns: str) -> list[Any]:

@@ -9,6 +9,8 @@ REGISTRY = CollectorRegistry()
 PODS_CREATED = Counter("kube_ferry_vnode_compute_pods_created_total", "Compute pods created", registry=REGISTRY)
 PODS_DELETED = Counter("kube_ferry_vnode_compute_pods_deleted_total", "Compute pods deleted, by why",
                        ["reason"], registry=REGISTRY)
+PODS_HANDED_BACK = Counter("kube_ferry_vnode_preempted_pods_handed_back_total", "Preempted tenant pods that a "
+                           "controller owns, deleted so that it makes the next run", registry=REGISTRY)
 PODS_REFUSED = Counter("kube_ferry_vnode_pods_refused_total", "Tenant pods refused as unsafe", registry=REGISTRY)
 PODS_BOUND = Counter("kube_ferry_vnode_pods_bound_total", "Tenant pods bound to the virtual node",
                      registry=REGISTRY)

@@ -300,8 +300,9 @@ class PodReconciler:
             return
         await self._delete_tenant(tp)
 
-    async def _delete_tenant(self, tp: Obj) -> None:
-        """Finish the tenant pod (this incarnation only): nothing of it runs here any more."""
+    async def _delete_tenant(self, tp: Obj) -> bool:
+        """Finish the tenant pod (this incarnation only): nothing of it runs here any more. False when it was
+        gone already."""
         meta = tp["metadata"]
         try:
             await self.tenant.delete(path("", "v1", "pods", meta["namespace"], meta["name"]),
@@ -309,15 +310,18 @@ class PodReconciler:
         except Exception as exc:
             if status_of(exc) not in (404, 409):
                 raise
+            return False
+        return True
 
     async def _hand_back(self, tp: Obj) -> None:
         """A preempted pod that a controller owns is deleted once it shows ``Preempted`` (its Event stays), as
         kube-scheduler and Volcano delete the pods they preempt: its controller makes the next run. Left
         ``Failed``, some wait for nothing (MPI Operator v2 replaces only missing workers, so the new launcher
         its Job makes waits for a gang that never forms). A pod without a controller keeps the record."""
-        await self._delete_tenant(tp)
-        log.info("preempted pod handed back to its controller",
-                 pod=f"{tp['metadata']['namespace']}/{tp['metadata']['name']}")
+        if await self._delete_tenant(tp):
+            metrics.PODS_HANDED_BACK.inc()
+            log.info("preempted pod handed back to its controller",
+                     pod=f"{tp['metadata']['namespace']}/{tp['metadata']['name']}")
 
     async def _delete_compute(self, cp: Obj, why: str, grace: int | None = None) -> None:
         meta = cp["metadata"]

@@ -11,7 +11,14 @@ from kubernetes_asyncio import client
 
 from ferry.cluster.process import Component
 from ferry.demo import objects
-from tests.helpers import compute_copies, eventually, guarantee_claiming, reserved_node, running_pods
+from tests.helpers import (
+    compute_copies,
+    eventually,
+    guarantee_claiming,
+    reserved_node,
+    running_pods,
+    vnode_metrics,
+)
 from vnode import naming
 
 pytestmark = pytest.mark.usefixtures("vnodes")
@@ -131,12 +138,15 @@ async def test_launcher_and_workers_gang_completes(tenant_api: client.ApiClient,
 
 
 async def test_a_preempted_batch_job_is_made_again_by_the_job_controller_and_completes(
-        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str, compute_ns: str) -> None:
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str, compute_ns: str,
+        vnodes: dict[str, Component]) -> None:
     """A plain batch Job written as preemptible Jobs are (its ``podFailurePolicy`` ignores
     ``DisruptionTarget``), two pods in one Volcano gang, borrows a node that another queue's guarantee
     claims: both pods are told ``Preempted`` and handed back, the tenant's Job controller makes two new ones
     without counting a failure, they wait as one gang while the node is taken, run once it is free, and the
-    Job completes."""
+    Job completes. The vnode counts the pods it handed back."""
+    handed_back = "kube_ferry_vnode_preempted_pods_handed_back_total"
+    before = vnode_metrics(vnodes["tenant-1"])[handed_back]
     tcore, ccore, batch = client.CoreV1Api(tenant_api), client.CoreV1Api(compute_api), client.BatchV1Api(tenant_api)
     await tenant_group(tenant_api, VOLCANO, tenant_ns, "train", 2)
     job = objects.batch_job("train", 2, 4, duration="40s")
@@ -157,6 +167,11 @@ async def test_a_preempted_batch_job_is_made_again_by_the_job_controller_and_com
             told = (await tcore.list_namespaced_event(tenant_ns, field_selector="reason=Preempted")).items
             assert {e.involved_object.name for e in told} >= {p.metadata.name for p in first}
             assert not (await batch.read_namespaced_job("train", tenant_ns)).status.failed
+            await eventually(lambda: vnode_metrics(vnodes["tenant-1"])[handed_back] == before + 2, timeout=30,
+                             what="both preempted pods handed back")
+            left = {p.metadata.uid for p in (await tcore.list_namespaced_pod(tenant_ns)).items
+                    if p.metadata.deletion_timestamp is None}
+            assert not left & {p.metadata.uid for p in first}
             new_uids = {p.metadata.uid for p in new}
             copies = [c for c in await compute_copies(compute_api, tenant_ns)
                       if c.metadata.labels.get(naming.UPSTREAM_UID_LABEL) in new_uids]

@@ -16,7 +16,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
-from tests.helpers import api_client, eventually, kubectl
+from tests.helpers import api_client, eventually, kubectl, vnode_metrics
 from vnode import naming
 
 pytestmark = pytest.mark.usefixtures("vnodes")
@@ -662,11 +662,9 @@ async def test_service_account_token_is_renewed_before_it_expires(
 
 def _cached(vnode: Component) -> dict[str, float]:
     """The vnode's informer cache sizes (its /metrics)."""
-    import re
-    import urllib.request
-
-    text = urllib.request.urlopen(f"http://127.0.0.1:{vnode.spec.ports[1]}/metrics", timeout=5).read().decode()
-    return {m[0]: float(m[1]) for m in re.findall(r'kube_ferry_vnode_cached_objects\{cache="([^"]+)"\} (\S+)', text)}
+    prefix = 'kube_ferry_vnode_cached_objects{cache="'
+    return {series[len(prefix):-2]: value for series, value in vnode_metrics(vnode).items()
+            if series.startswith(prefix)}
 
 
 async def test_like_a_kubelet_the_vnode_caches_only_its_own_pods_and_those_not_yet_scheduled(

@@ -20,7 +20,7 @@ from kubernetes_asyncio import client
 
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
-from tests.helpers import api_client, eventually
+from tests.helpers import api_client, eventually, vnode_metrics
 from tests.integration.test_vnode import running_pair
 
 pytestmark = pytest.mark.usefixtures("vnodes")
@@ -36,13 +36,7 @@ def run(planes: ControlPlanes, *args: str, kubeconfig: Path | None = None, stdin
 
 def streams_relayed(vnode: Component, kind: str, protocol: str) -> float:
     """The vnode's count of relayed streams of a kind and protocol (its /metrics)."""
-    import urllib.request
-
-    port = vnode.spec.ports[1]
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    pattern = rf'kube_ferry_vnode_streams_total{{kind="{kind}",protocol="{re.escape(protocol)}"}} (\S+)'
-    m = re.search(pattern, text)
-    return float(m.group(1)) if m else 0.0
+    return vnode_metrics(vnode).get(f'kube_ferry_vnode_streams_total{{kind="{kind}",protocol="{protocol}"}}', 0.0)
 
 
 @pytest.mark.parametrize("env", [{}, SPDY], ids=["websocket", "spdy"])
