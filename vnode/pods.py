@@ -126,7 +126,7 @@ class PodReconciler:
         if status.terminal(tp):
             if cp is not None and not status.terminal(cp) and not cp["metadata"].get("deletionTimestamp"):
                 await self._delete_compute(cp, "tenant-terminal")
-            elif cp is None and _preempted(tp) and _controlled(tp):
+            elif cp is None and _preempted(tp) and _controller(tp) is not None:
                 await self._hand_back(tp)
             return
         if cp is None and status.forwarded(tp):
@@ -322,6 +322,15 @@ class PodReconciler:
             metrics.PODS_HANDED_BACK.inc()
             log.info("preempted pod handed back to its controller",
                      pod=f"{tp['metadata']['namespace']}/{tp['metadata']['name']}")
+            owner = _controller(tp)
+            if owner is not None:  # where its user looks (`kubectl describe job`): the pod itself is gone
+                await self.events.emit(
+                    {"apiVersion": owner.get("apiVersion"), "kind": owner.get("kind"),
+                     "metadata": {"name": owner.get("name"), "namespace": tp["metadata"]["namespace"],
+                                  "uid": owner.get("uid")}},
+                    "Warning", "Preempted", f"the Kube-Ferry scheduler preempted its pods in the compute cluster; "
+                    f"each preempted pod (last: {tp['metadata']['name']}) was deleted so that this "
+                    f"{owner.get('kind')} makes it again", key="Preempted")
 
     async def _delete_compute(self, cp: Obj, why: str, grace: int | None = None) -> None:
         meta = cp["metadata"]
@@ -343,8 +352,9 @@ def _preempted(pod: Obj) -> bool:
     return (pod.get("status") or {}).get("reason") == "Preempted"
 
 
-def _controlled(pod: Obj) -> bool:
-    return any(o.get("controller") for o in pod["metadata"].get("ownerReferences") or [])
+def _controller(pod: Obj) -> Obj | None:
+    """The owner reference of the pod's controller (a Job, a ReplicaSet, an operator's job), if any."""
+    return next((o for o in pod["metadata"].get("ownerReferences") or [] if o.get("controller")), None)
 
 
 def _gated(pod: Obj) -> bool:

@@ -144,7 +144,7 @@ async def test_a_preempted_batch_job_is_made_again_by_the_job_controller_and_com
     ``DisruptionTarget``), two pods in one Volcano gang, borrows a node that another queue's guarantee
     claims: both pods are told ``Preempted`` and handed back, the tenant's Job controller makes two new ones
     without counting a failure, they wait as one gang while the node is taken, run once it is free, and the
-    Job completes. The vnode counts the pods it handed back."""
+    Job completes. The vnode counts the pods it handed back and tells the Job why they went."""
     handed_back = "kube_ferry_vnode_preempted_pods_handed_back_total"
     before = vnode_metrics(vnodes["tenant-1"])[handed_back]
     tcore, ccore, batch = client.CoreV1Api(tenant_api), client.CoreV1Api(compute_api), client.BatchV1Api(tenant_api)
@@ -172,6 +172,9 @@ async def test_a_preempted_batch_job_is_made_again_by_the_job_controller_and_com
             left = {p.metadata.uid for p in (await tcore.list_namespaced_pod(tenant_ns)).items
                     if p.metadata.deletion_timestamp is None}
             assert not left & {p.metadata.uid for p in first}
+            on_job = (await tcore.list_namespaced_event(
+                tenant_ns, field_selector="involvedObject.kind=Job,involvedObject.name=train,reason=Preempted")).items
+            assert on_job and "makes it again" in on_job[0].message, on_job  # `kubectl describe job` says why
             new_uids = {p.metadata.uid for p in new}
             copies = [c for c in await compute_copies(compute_api, tenant_ns)
                       if c.metadata.labels.get(naming.UPSTREAM_UID_LABEL) in new_uids]
