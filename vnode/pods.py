@@ -126,8 +126,8 @@ class PodReconciler:
         if status.terminal(tp):
             if cp is not None and not status.terminal(cp) and not cp["metadata"].get("deletionTimestamp"):
                 await self._delete_compute(cp, "tenant-terminal")
-            elif cp is None and _preempted(tp) and _controller(tp) is not None:
-                await self._hand_back(tp)
+            elif cp is None and _preempted(tp) and (owner := _controller(tp)) is not None:
+                await self._hand_back(tp, owner)
             return
         if cp is None and status.forwarded(tp):
             await self._lost(key, tp)  # never re-created silently
@@ -313,24 +313,23 @@ class PodReconciler:
             return False
         return True
 
-    async def _hand_back(self, tp: Obj) -> None:
+    async def _hand_back(self, tp: Obj, owner: Obj) -> None:
         """A preempted pod that a controller owns is deleted once it shows ``Preempted`` (its Event stays), as
         kube-scheduler and Volcano delete the pods they preempt: its controller makes the next run. Left
         ``Failed``, some wait for nothing (MPI Operator v2 replaces only missing workers, so the new launcher
-        its Job makes waits for a gang that never forms). A pod without a controller keeps the record."""
-        if await self._delete_tenant(tp):
-            metrics.PODS_HANDED_BACK.inc()
-            log.info("preempted pod handed back to its controller",
-                     pod=f"{tp['metadata']['namespace']}/{tp['metadata']['name']}")
-            owner = _controller(tp)
-            if owner is not None:  # where its user looks (`kubectl describe job`): the pod itself is gone
-                await self.events.emit(
-                    {"apiVersion": owner.get("apiVersion"), "kind": owner.get("kind"),
-                     "metadata": {"name": owner.get("name"), "namespace": tp["metadata"]["namespace"],
-                                  "uid": owner.get("uid")}},
-                    "Warning", "Preempted", f"the Kube-Ferry scheduler preempted its pods in the compute cluster; "
-                    f"each preempted pod (last: {tp['metadata']['name']}) was deleted so that this "
-                    f"{owner.get('kind')} makes it again", key="Preempted")
+        its Job makes waits for a gang that never forms). A pod without a controller keeps the record.
+        ``owner``: the controller's reference, whose object gets an Event, since that is where its user looks
+        once the pod is gone (``kubectl describe job``)."""
+        if not await self._delete_tenant(tp):
+            return
+        metrics.PODS_HANDED_BACK.inc()
+        meta = tp["metadata"]
+        log.info("preempted pod handed back to its controller", pod=f"{meta['namespace']}/{meta['name']}")
+        controller = {"apiVersion": owner.get("apiVersion"), "kind": owner.get("kind"),
+                      "metadata": {"name": owner.get("name"), "namespace": meta["namespace"], "uid": owner.get("uid")}}
+        await self.events.emit(controller, "Warning", "Preempted", "the Kube-Ferry scheduler preempted its pods in the "
+                               f"compute cluster; each preempted pod (last: {meta['name']}) was deleted so that this "
+                               f"{owner.get('kind')} makes it again", key="Preempted")
 
     async def _delete_compute(self, cp: Obj, why: str, grace: int | None = None) -> None:
         meta = cp["metadata"]
