@@ -126,6 +126,15 @@ async def running_pods(core: client.CoreV1Api, ns: str, count: int) -> list[Any]
     return pods if len(pods) == count and all(p.status.phase == "Running" for p in pods) else None
 
 
+async def replacements(core: client.CoreV1Api, ns: str, first: list[Any], count: int) -> list[Any] | None:
+    """The namespace's ``count`` live pods (not being deleted, not ended), if that many are there and none
+    of them is one of ``first``: what a controller made in place of the pods it lost."""
+    pods = [p for p in (await core.list_namespaced_pod(ns)).items
+            if p.metadata.deletion_timestamp is None and p.status.phase not in ("Failed", "Succeeded")]
+    uids = {p.metadata.uid for p in first}
+    return pods if len(pods) == count and not any(p.metadata.uid in uids for p in pods) else None
+
+
 @asynccontextmanager
 async def reserved_node(compute_api: client.ApiClient, label: str) -> AsyncIterator[str]:
     """A free kwok GPU node of the compute cluster labelled ``ferry-test=<label>`` for the block: only pods

@@ -15,6 +15,7 @@ from tests.helpers import (
     compute_copies,
     eventually,
     guarantee_claiming,
+    replacements,
     reserved_node,
     running_pods,
     vnode_metrics,
@@ -157,13 +158,8 @@ async def test_a_preempted_batch_job_is_made_again_by_the_job_controller_and_com
         first = await eventually(lambda: running_pods(tcore, tenant_ns, 2), timeout=60, what="both pods Running")
 
         async with guarantee_claiming(compute_api, compute_ns, tenant_ns) as urgent:
-            async def replaced() -> list[Any] | None:
-                pods = [p for p in (await tcore.list_namespaced_pod(tenant_ns)).items
-                        if p.metadata.deletion_timestamp is None and p.status.phase not in ("Failed", "Succeeded")]
-                uids = {p.metadata.uid for p in first}
-                return pods if len(pods) == 2 and not any(p.metadata.uid in uids for p in pods) else None
-
-            new = await eventually(replaced, timeout=60, what="two new pods from the Job controller")
+            new = await eventually(lambda: replacements(tcore, tenant_ns, first, 2), timeout=60,
+                                   what="two new pods from the Job controller")
             told = (await tcore.list_namespaced_event(tenant_ns, field_selector="reason=Preempted")).items
             assert {e.involved_object.name for e in told} >= {p.metadata.name for p in first}
             assert not (await batch.read_namespaced_job("train", tenant_ns)).status.failed

@@ -28,6 +28,7 @@ from tests.helpers import (
     fresh_namespace,
     guarantee_claiming,
     logged_process,
+    replacements,
     reserved_node,
     running_pods,
     wait_sync,
@@ -143,13 +144,8 @@ async def test_a_preempted_mpijob_is_replaced_by_its_operator_and_job_controller
                                  what="the launcher and 2 workers Running")
 
         async with guarantee_claiming(compute_api, compute_ns, tenant2_ns) as urgent:
-            async def replaced() -> list[Any] | None:
-                pods = [p for p in (await tcore.list_namespaced_pod(tenant2_ns)).items
-                        if p.metadata.deletion_timestamp is None and p.status.phase not in ("Failed", "Succeeded")]
-                uids = {p.metadata.uid for p in first}
-                return pods if len(pods) == 3 and not any(p.metadata.uid in uids for p in pods) else None
-
-            await eventually(replaced, timeout=90, what="a new launcher and 2 new workers")
+            await eventually(lambda: replacements(tcore, tenant2_ns, first, 3), timeout=90,
+                             what="a new launcher and 2 new workers")
             copies = await _compute_pods(compute_api, tenant2_ns)
             assert not any(p.spec.node_name for p in copies), \
                 [(p.metadata.name, p.spec.node_name, p.status.phase) for p in copies]  # the gang waits whole
