@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from e2e.kube import Cluster, Clusters, Obj, phase, pod
@@ -89,3 +91,25 @@ def test_status_shows_the_tenant_queue_and_its_virtual_node(clusters: Clusters, 
     tenant_view = tenant.ferry("status")
     assert tenant_view.returncode == 0, tenant_view.stderr
     assert f"ferry-{tenant.name}" in tenant_view.stdout
+
+
+@pytest.mark.skipif(not os.environ.get("FERRY_E2E_COMPUTE"),
+                    reason="needs pods that run (kind or your clusters): simulated pods resolve nothing")
+def test_peers_of_a_distributed_job_resolve_by_their_tenant_names(clusters: Clusters, tenant: Cluster,
+                                                                  ns: str) -> None:
+    """As MPI Operator's hostfile names them (<host>.<subdomain>.<namespace>.svc.cluster.local), answered by
+    `ferry dns` (the vnode given its address)."""
+    tenant.create(ns, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "ring"},
+                       "spec": {"clusterIP": "None", "selector": {"e2e-job": "ring"}}})
+    # The full name: busybox's nslookup does not walk the search path the way libc does; the short form
+    # becomes this name through the search path the compute pod is given (tests/integration/test_peer_dns.py).
+    lookup = f"for i in $(seq 60); do nslookup w-1.ring.{ns}.svc.cluster.local && exit 0; sleep 2; done; exit 1"
+    for host, command in (("w-1", "sleep 300"), ("w-0", lookup)):
+        body = pod(host, seconds=300, hostname=host, subdomain="ring")
+        body["metadata"]["labels"] = {"e2e-job": "ring"}
+        body["spec"]["containers"][0]["command"] = ["sh", "-c", command]
+        tenant.create(ns, body)
+    done = tenant.wait(lambda: phase(tenant.get("pod", "w-0", "-n", ns)) in ("Succeeded", "Failed") or None, 180,
+                       "w-0 resolving w-1")
+    assert phase(tenant.get("pod", "w-0", "-n", ns)) == "Succeeded", (
+        done, tenant.kubectl("logs", "w-0", "-n", ns, check=False).stdout[-2000:])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -12,7 +13,11 @@ from kubernetes_asyncio import client
 from ferry import binaries as ferry_binaries
 from ferry.cluster.planes import ControlPlanes, Shape
 from ferry.cluster.process import Component
-from tests.helpers import api_client, fresh_namespace
+from ferry.kube.rest import Rest, path
+from tests.helpers import api_client, closed_port, fresh_namespace
+from vnode import naming
+from vnode.dnsserver import PeerDNS, pod_informer
+from vnode.peernames import PeerIndex
 
 SESSION_GPU_NODES = int(os.environ.get("FERRY_TEST_GPU_NODES", "100"))
 
@@ -55,7 +60,8 @@ def ferry_scheduler(planes: ControlPlanes) -> Iterator[Component]:
 @pytest.fixture(scope="session")
 def vnodes(planes: ControlPlanes, ferry_scheduler: Component) -> Iterator[dict[str, Component]]:
     """One vnode per tenant cluster, started once for the session (tests may kill and restart them)."""
-    comps = {t: planes.add_vnode(t, extra=("--heartbeat=5", "--gc-interval=2", "--gc-min-age=10"))
+    comps = {t: planes.add_vnode(t, extra=("--heartbeat=5", "--gc-interval=2", "--gc-min-age=10",
+                                           "--dns-server=10.96.0.53"))
              for t in planes.tenant_names}
     for c in comps.values():
         c.start()
@@ -76,6 +82,22 @@ async def compute_api(planes: ControlPlanes) -> AsyncIterator[client.ApiClient]:
 async def tenant_api(planes: ControlPlanes) -> AsyncIterator[client.ApiClient]:
     async with api_client(planes.kubeconfig("tenant-1")) as api:
         yield api
+
+
+@pytest.fixture
+async def peer_dns(compute_api: client.ApiClient) -> AsyncIterator[PeerDNS]:
+    """`ferry dns`'s answers (vnode/dnsserver.py), its index fed by a real informer over the compute cluster's
+    bridged pods; what it would relay goes to an upstream that never answers (SERVFAIL)."""
+    index = PeerIndex()
+    informer = pod_informer(Rest(compute_api).lister(path("", "v1", "pods"), labelSelector=naming.TENANT_LABEL),
+                            index)
+    task = asyncio.create_task(informer.run())
+    try:
+        async with asyncio.timeout(30):
+            await informer.synced.wait()
+        yield PeerDNS(index, "cluster.local", ("127.0.0.1", closed_port()), timeout_s=0.2)
+    finally:
+        task.cancel()
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import socket
 import subprocess
 import time
 import urllib.request
@@ -14,11 +15,13 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from dnslib import RCODE, DNSRecord
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from ferry.cluster.process import Component
 from ferry.kube import rest
+from vnode.dnsserver import PeerDNS
 from vnode.naming import UPSTREAM_NS_LABEL
 
 T = TypeVar("T")
@@ -187,3 +190,33 @@ async def fresh_namespace(api: client.ApiClient) -> AsyncIterator[str]:
         yield name
     finally:
         await core.delete_namespace(name)
+
+
+def closed_port() -> int:
+    """A UDP port of 127.0.0.1 nothing listens on: an upstream DNS that never answers."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def ask(dns: PeerDNS, source_ip: str, name: str) -> list[str] | None:
+    """The addresses ``dns`` gives a pod at ``source_ip`` for ``name``; None when it relays the name (to an
+    upstream that never answers, as the ``peer_dns`` fixture's: SERVFAIL)."""
+    reply = await dns.handle(DNSRecord.question(name).pack(), source_ip)
+    assert reply is not None
+    record = DNSRecord.parse(reply)
+    return None if record.header.rcode == RCODE.SERVFAIL else sorted(str(r.rdata) for r in record.rr)
+
+
+async def resolve(dns: PeerDNS, pod: Any, name: str) -> list[str] | None:
+    """``name`` resolved as a C library in compute pod ``pod`` (a client object) resolves it with the
+    nameserver and search path the pod was given: a name with fewer dots than ``ndots`` tries the search
+    domains first, then itself; the first answer wins."""
+    conf = pod.spec.dns_config
+    ndots = int(next((o.value for o in conf.options or [] if o.name == "ndots"), 1))
+    tries = [f"{name}.{s}." for s in conf.searches or []]
+    tries = [*tries, f"{name}."] if name.count(".") < ndots else [f"{name}.", *tries]
+    for candidate in tries:
+        if (ips := await ask(dns, pod.status.pod_ip, candidate)) is not None:
+            return ips
+    return None

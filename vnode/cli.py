@@ -48,8 +48,65 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "(provisioner kubeferry.io/vnode); default: none, and pods mounting claims are refused")
     p.add_argument("--compute-storage-class", default="",
                    help="StorageClass of those compute claims (default: the compute cluster's default class)")
+    p.add_argument("--dns-server", default="",
+                   help="IP of `ferry dns` in the compute cluster: the nameserver of compute pods whose tenant pod "
+                        "uses the cluster's DNS, so peers resolve by their tenant names (default: none, the "
+                        "compute cluster's own DNS)")
+    p.add_argument("--cluster-domain", default="cluster.local", help="the tenant cluster's DNS zone")
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=run)
+
+    d = sub.add_parser("dns", help="answer tenant peer names (<host>.<subdomain>.<namespace>.svc) in the compute "
+                       "cluster; relay every other query to the cluster's DNS")
+    d.add_argument("--compute-kubeconfig", type=Path, help="default: the pod's ServiceAccount (in-cluster)")
+    d.add_argument("--listen", default="0.0.0.0:53", type=_host_port, help="UDP and TCP address to serve")
+    d.add_argument("--upstream", type=_host_port,
+                   help="HOST:PORT of the compute cluster's DNS, which answers every other name (default: the first "
+                        "nameserver of /etc/resolv.conf, port 53: kube-dns for a pod of the cluster)")
+    d.add_argument("--cluster-domain", default="cluster.local", help="the tenant clusters' DNS zone")
+    d.add_argument("--metrics-address", default="0.0.0.0")
+    d.add_argument("--metrics-port", type=int, default=10256)
+    d.add_argument("--log-level", default="info")
+    d.set_defaults(func=run_dns)
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def _resolv_conf_nameserver(conf: Path) -> tuple[str, int] | None:
+    """The first ``nameserver`` of a resolv.conf: the DNS this pod itself is given."""
+    try:
+        lines = conf.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 2 and fields[0] == "nameserver":
+            return fields[1], 53
+    return None
+
+
+def run_dns(args: argparse.Namespace) -> int:
+    from ferry import log as flog
+    from vnode import dnsserver
+
+    flog.configure(args.log_level, json=True)
+    if args.compute_kubeconfig is not None and not args.compute_kubeconfig.exists():
+        print(f"ferry dns: error: --compute-kubeconfig: {args.compute_kubeconfig} does not exist", file=sys.stderr)
+        return 2
+    upstream = args.upstream or _resolv_conf_nameserver(Path("/etc/resolv.conf"))
+    if upstream is None:
+        print("ferry dns: error: --upstream: not given, and /etc/resolv.conf names no nameserver", file=sys.stderr)
+        return 2
+    with contextlib.suppress(KeyboardInterrupt):
+        host, port = args.listen
+        asyncio.run(dnsserver.main(args.compute_kubeconfig, host, port, upstream, args.cluster_domain,
+                                   args.metrics_address, args.metrics_port))
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
             gc_interval_s=args.gc_interval, gc_min_age_s=args.gc_min_age,
             unreachable_after_s=args.unreachable_after, token_refresh_at=args.token_refresh_at,
             storage_class=args.storage_class, compute_storage_class=args.compute_storage_class,
+            dns_server=args.dns_server, cluster_domain=args.cluster_domain,
         )
     except ValidationError as exc:
         err = exc.errors()[0]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, IPvAnyAddress, field_validator
 
 from vnode.translate import Bridge, PodSecurity
 
@@ -39,6 +39,14 @@ class VnodeConfig(BaseModel):
     # empty: none, and pods mounting claims are refused
     storage_class: str = ""
     compute_storage_class: str = ""  # the compute claims' class; empty: the compute cluster's default
+    # `ferry dns` (vnode/dnsserver.py): the nameserver of compute pods that use the cluster's DNS; empty: none
+    dns_server: IPvAnyAddress | None = None
+    cluster_domain: str = Field("cluster.local", pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+    @field_validator("dns_server", mode="before")
+    @classmethod
+    def _empty_is_none(cls, v: object) -> object:
+        return v or None
 
     @field_validator("tenant_kubeconfig", "compute_kubeconfig")
     @classmethod
@@ -58,4 +66,5 @@ class VnodeConfig(BaseModel):
     def bridge(self) -> Bridge:
         return Bridge(tenant=self.tenant, node=self.node, namespace=self.namespace,
                       queue=self.queue or self.tenant, max_priority=self.max_priority,
-                      pod_security=self.pod_security)
+                      pod_security=self.pod_security, dns_server=str(self.dns_server or ""),
+                      cluster_domain=self.cluster_domain)

@@ -46,6 +46,8 @@ class Bridge:
     queue: str
     max_priority: int = 0
     pod_security: PodSecurity = "baseline"
+    dns_server: str = ""  # `ferry dns` (vnode/dnsserver.py); empty: compute pods keep the compute cluster's DNS
+    cluster_domain: str = "cluster.local"  # the tenant cluster's DNS zone
 
 
 @dataclass(frozen=True)
@@ -210,6 +212,8 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
         aff.pop("nodeAffinity", None)
     spec["tolerations"] = [t for t in spec.get("tolerations") or []
                            if not str(t.get("key", "")).startswith(("virtual-kubelet.io/", "node.kubernetes.io/"))]
+    if b.dns_server and spec.get("dnsPolicy", "ClusterFirst") in ("ClusterFirst", "ClusterFirstWithHostNet"):
+        spec["dnsPolicy"], spec["dnsConfig"] = "None", tenant_dns(spec.get("dnsConfig") or {}, ns, b)
     if sub := spec.get("subdomain"):
         svc = naming.compute_name(b.tenant, ns, sub)
         spec["subdomain"] = svc
@@ -242,6 +246,20 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
                      "finalizers": [FORWARDING_GATE]},
         "spec": spec,
     }
+
+
+def tenant_dns(own: Obj, ns: str, b: Bridge) -> Obj:
+    """What a kubelet of the tenant cluster would give a ClusterFirst pod -- its namespace's search path in
+    the tenant's zone, ndots 5 -- with `ferry dns` as the nameserver, which finds peers by those names;
+    the pod's own dnsConfig is merged in as a kubelet merges it."""
+    zone = b.cluster_domain
+    searches = [f"{ns}.svc.{zone}", f"svc.{zone}", zone]
+    searches += [s for s in own.get("searches") or [] if s not in searches]
+    options = {"ndots": {"name": "ndots", "value": "5"}}
+    for opt in own.get("options") or []:
+        options[opt.get("name", "")] = opt
+    return {"nameservers": [b.dns_server, *[n for n in own.get("nameservers") or [] if n != b.dns_server]][:3],
+            "searches": searches[:32], "options": list(options.values())}
 
 
 def _projected(src: Obj, cms: dict[str, str], secs: dict[str, str], token: str) -> list[Obj]:

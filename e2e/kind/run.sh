@@ -47,6 +47,8 @@ images: [{name: kube-ferry, newName: kube-ferry, newTag: "$TAG"}]
 YAML
 $C apply --server-side -k "$WORK/compute"
 $C -n kube-ferry-system rollout status deployment/kube-ferry-scheduler --timeout=180s
+$C -n kube-ferry-system rollout status deployment/kube-ferry-dns --timeout=180s
+DNS=$($C -n kube-ferry-system get service kube-ferry-dns -o jsonpath='{.spec.clusterIP}')
 
 SERVER=$(kind get kubeconfig --internal --name ferry-compute | sed -n 's/^ *server: //p')
 CA=$(kind get kubeconfig --internal --name ferry-compute | sed -n 's/^ *certificate-authority-data: //p')
@@ -80,7 +82,7 @@ configMapGenerator:
   namespace: kube-ferry-system
   behavior: replace
   options: {disableNameSuffixHash: true}
-  literals: [tenant=$t]
+  literals: [tenant=$t, dns-server=$DNS]
   files: [client-ca.crt]
 YAML
   $T apply --server-side -k "$WORK/$t"

@@ -4,6 +4,7 @@ credentials — and do their whole job; the same tokens are refused what they do
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 from pathlib import Path
@@ -16,8 +17,11 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from ferry.cluster.planes import COMPUTE, MANIFESTS, ControlPlanes, local_webhooks
 from ferry.cluster.process import Component
 from ferry.kube.rest import JSON, MERGE, Rest, api_client, path
-from tests.helpers import eventually, swapped
+from tests.helpers import compute_copies, eventually, swapped
 from tests.integration.test_gang_lifecycle import VOLCANO, member, status_of, tenant_group
+from vnode import naming
+from vnode.dnsserver import pod_informer
+from vnode.peernames import PeerIndex
 
 pytestmark = pytest.mark.usefixtures("vnodes")
 SYSTEM = "kube-ferry-system"
@@ -59,6 +63,7 @@ def installed(planes: ControlPlanes, tmp_path_factory: pytest.TempPathFactory) -
         "scheduler": token_kubeconfig(planes, COMPUTE, SYSTEM, "kube-ferry-scheduler", out / "scheduler"),
         "vnode-compute": token_kubeconfig(planes, COMPUTE, "tenant-1", "kube-ferry-vnode", out / "vnode-compute"),
         "vnode-tenant": token_kubeconfig(planes, "tenant-1", SYSTEM, "kube-ferry-vnode", out / "vnode-tenant"),
+        "dns": token_kubeconfig(planes, COMPUTE, SYSTEM, "kube-ferry-dns", out / "dns"),
     }
 
 
@@ -137,6 +142,10 @@ async def _status(kubeconfig: Path, method: str, url: str, body: dict[str, Any] 
     ("vnode-compute", "POST", "/api/v1/nodes"),
     ("vnode-compute", "PATCH", "/apis/scheduling.kubeferry.io/v1alpha1/queues/tenant-1"),
     ("vnode-compute", "POST", "/api/v1/namespaces/tenant-2/pods/x/exec"),
+    ("dns", "GET", "/api/v1/secrets"),
+    ("dns", "GET", "/api/v1/namespaces/tenant-1/services"),
+    ("dns", "DELETE", "/api/v1/namespaces/tenant-1/pods/x"),
+    ("dns", "PATCH", "/api/v1/namespaces/tenant-1/pods/x"),
     ("vnode-tenant", "DELETE", "/api/v1/namespaces/default"),
     ("vnode-tenant", "POST", "/api/v1/namespaces/default/secrets"),
     ("vnode-tenant", "POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles"),
@@ -144,6 +153,35 @@ async def _status(kubeconfig: Path, method: str, url: str, body: dict[str, Any] 
 async def test_the_service_accounts_are_refused_what_they_do_not_need(
         installed: dict[str, Path], who: str, method: str, url: str) -> None:
     assert await _status(installed[who], method, url, {} if method in ("POST", "PUT", "PATCH") else None) == 403
+
+
+async def test_ferry_dns_indexes_the_bridged_pods_on_its_service_account_token_alone(
+        installed: dict[str, Path], tenant_api: client.ApiClient, compute_api: client.ApiClient,
+        tenant_ns: str) -> None:
+    """Its informer lists and watches bridged pods cluster-wide: a pod bridged after the list is found."""
+    index = PeerIndex()
+    api = await api_client(installed["dns"])
+    informer = pod_informer(Rest(api).lister(path("", "v1", "pods"), labelSelector=naming.TENANT_LABEL), index)
+    task = asyncio.create_task(informer.run())
+    try:
+        await eventually(lambda: informer.synced.is_set() or informer.error, timeout=30, what="the first list")
+        assert informer.error is None and informer.synced.is_set()
+        await client.CoreV1Api(tenant_api).create_namespaced_pod(tenant_ns, {
+            "metadata": {"name": "w-0"},
+            "spec": {"hostname": "w-0", "subdomain": "ring", "automountServiceAccountToken": False,
+                     "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
+                     "containers": [{"name": "main", "image": "trainer:1"}]}})
+
+        async def found() -> list[str] | None:
+            ips = [p.status.pod_ip for p in await compute_copies(compute_api, tenant_ns) if p.status.pod_ip]
+            name = f"w-0.ring.{tenant_ns}.svc.cluster.local."
+            return index.answer(ips[0], name, "cluster.local") if ips else None  # the pod finding itself
+
+        await eventually(found, timeout=60, what="the bridged pod in the index")
+        assert informer.error is None, informer.error
+    finally:
+        task.cancel()
+        await api.close()
 
 
 async def test_every_vnode_is_a_flow_of_its_own_at_the_bridges_priority_level(

@@ -1,7 +1,8 @@
 """An unmodified Kubeflow MPI Operator (v0.6.0, the v2 controller, built from its Go module) in a tenant
 cluster with Volcano gang scheduling: an MPIJob's launcher (a batch Job, whose pod the tenant's own Job
 controller makes) and its GPU workers start as one gang through the virtual node, the job succeeds when
-the launcher ends, and the workers the operator then removes leave the compute cluster; preempted whole,
+the launcher ends, and the workers the operator then removes leave the compute cluster; the names of its
+hostfile resolve to the workers' compute pods (`ferry dns`); preempted whole,
 the job is made again by the operator and the Job controller and runs again as one gang.
 
 It runs in tenant-2: its ``mpijobs.kubeflow.org`` CRD (v2beta1) is not the Training Operator's (v1), which
@@ -30,9 +31,11 @@ from tests.helpers import (
     logged_process,
     replacements,
     reserved_node,
+    resolve,
     running_pods,
     wait_sync,
 )
+from vnode.dnsserver import PeerDNS
 from vnode.naming import UPSTREAM_NAME_ANNOTATION
 
 TENANT = "tenant-2"
@@ -101,7 +104,7 @@ async def _compute_pods(compute_api: client.ApiClient, tenant_ns: str) -> list[A
 
 @pytest.mark.usefixtures("mpi_operator")
 async def test_an_mpijob_runs_its_launcher_job_and_workers_as_one_gang_and_succeeds(
-        tenant2_api: client.ApiClient, compute_api: client.ApiClient, tenant2_ns: str) -> None:
+        tenant2_api: client.ApiClient, compute_api: client.ApiClient, tenant2_ns: str, peer_dns: PeerDNS) -> None:
     jobs = client.CustomObjectsApi(tenant2_api)
     await jobs.create_namespaced_custom_object("kubeflow.org", "v2beta1", tenant2_ns, "mpijobs", mpijob("pi", 2))
 
@@ -114,6 +117,18 @@ async def test_an_mpijob_runs_its_launcher_job_and_workers_as_one_gang_and_succe
     assert names[1:] == ["pi-worker-0", "pi-worker-1"] and names[0].startswith("pi-launcher-"), names
     assert {p.metadata.labels["kubeferry.io/pod-group"] for p in pods} == {pods[0].metadata.labels[
         "kubeferry.io/pod-group"]}  # one gang: the launcher's Job pod and the workers
+    # mpirun reaches the workers by the names of the operator's hostfile (<worker>.<job>.<namespace>.svc):
+    # through `ferry dns`, each is the worker's compute pod, as a worker's own resolver would find it.
+    hostfile = (await client.CoreV1Api(tenant2_api).read_namespaced_config_map("pi-config", tenant2_ns)).data
+    hosts = [line.split()[0] for line in hostfile["hostfile"].splitlines() if line.strip()]
+    by_name = {p.metadata.annotations[UPSTREAM_NAME_ANNOTATION]: p for p in pods}
+    assert [h.split(".")[0] for h in hosts] == ["pi-worker-0", "pi-worker-1"], hosts
+
+    async def resolved() -> list[tuple[str, list[str] | None]] | None:
+        got = [(h, await resolve(peer_dns, by_name["pi-worker-0"], h)) for h in hosts]
+        return got if all(ips == [by_name[h.split(".")[0]].status.pod_ip] for h, ips in got) else None
+
+    await eventually(resolved, timeout=10, what="the hostfile's names resolved to the workers' compute pods")
 
     async def succeeded() -> bool:
         job = await jobs.get_namespaced_custom_object("kubeflow.org", "v2beta1", tenant2_ns, "mpijobs", "pi")

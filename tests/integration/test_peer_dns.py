@@ -1,0 +1,147 @@
+"""Peers by their tenant names on real control planes: pods of a distributed job (hostname + subdomain, as
+MPI Operator, JobSet and Indexed Jobs make them) find each other through `ferry dns` by the names their
+tenant cluster gives them, and a tenant finds only its own pods."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+import urllib.request
+from typing import Any
+
+import pytest
+from dnslib import RCODE, DNSRecord
+from kubernetes_asyncio import client
+
+from ferry.cluster.planes import ControlPlanes
+from tests.helpers import api_client, ask, closed_port, compute_copies, eventually, resolve
+from vnode import naming
+from vnode.dnsserver import PeerDNS
+
+pytestmark = pytest.mark.usefixtures("vnodes")
+TOLERATION = {"key": "virtual-kubelet.io/provider", "operator": "Exists", "effect": "NoSchedule"}
+DNS_SERVER = "10.96.0.53"  # what conftest gives the vnodes as --dns-server
+ZONE = "cluster.local"
+
+
+def peer(host: str) -> dict[str, Any]:
+    return {"metadata": {"name": host, "labels": {"job": "ring"}},
+            "spec": {"hostname": host, "subdomain": "ring", "tolerations": [TOLERATION],
+                     "automountServiceAccountToken": False,
+                     "containers": [{"name": "main", "image": "trainer:1",
+                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+
+
+async def running_copies(compute: client.ApiClient, ns: str, count: int) -> dict[str, Any] | None:
+    """The compute pods of tenant namespace ``ns`` by upstream name, once ``count`` of them run with an IP."""
+    pods = {p.metadata.annotations[naming.UPSTREAM_NAME_ANNOTATION]: p for p in await compute_copies(compute, ns)
+            if p.status.pod_ip and p.status.phase == "Running" and p.metadata.deletion_timestamp is None}
+    return pods if len(pods) == count else None
+
+
+async def test_peers_find_each_other_by_tenant_names_and_only_within_their_tenant(
+        planes: ControlPlanes, tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str,
+        peer_dns: PeerDNS) -> None:
+    dns = peer_dns
+    core = client.CoreV1Api(tenant_api)
+    await core.create_namespaced_service(tenant_ns, {"metadata": {"name": "ring"}, "spec": {
+        "clusterIP": "None", "selector": {"job": "ring"}}})
+    for host in ("w-0", "w-1"):
+        await core.create_namespaced_pod(tenant_ns, peer(host))
+    copies = await eventually(lambda: running_copies(compute_api, tenant_ns, 2), timeout=60,
+                              what="both peers running in the compute cluster")
+    w0, w1 = copies["w-0"], copies["w-1"]
+    assert w0.spec.dns_policy == "None"
+    assert w0.spec.dns_config.nameservers == [DNS_SERVER]
+    assert w0.spec.dns_config.searches[0] == f"{tenant_ns}.svc.{ZONE}", "short names search the tenant namespace"
+
+    name = f"w-1.ring.{tenant_ns}.svc.{ZONE}."
+    await eventually(lambda: _answers(dns, w0.status.pod_ip, name, [w1.status.pod_ip]), timeout=10,
+                     what="w-0 finding w-1")
+    for short in ("w-1.ring", f"w-1.ring.{tenant_ns}", f"w-1.ring.{tenant_ns}.svc"):  # through the search path
+        assert await resolve(dns, w0, short) == [w1.status.pod_ip], short
+    assert await ask(dns, w1.status.pod_ip, f"w-0.ring.{tenant_ns}.svc.{ZONE}.") == [w0.status.pod_ip]
+    assert await ask(dns, "192.0.2.1", name) is None, "an address of no bridged pod is only relayed"
+
+    # The very same names in another tenant cluster (a namespace of the same name) are that tenant's alone.
+    async with api_client(planes.kubeconfig("tenant-2")) as other_api:
+        other = client.CoreV1Api(other_api)
+        await other.create_namespace({"metadata": {"name": tenant_ns}})
+        try:
+            await eventually(lambda: _has_default_account(other, tenant_ns), timeout=30, what="tenant-2's namespace")
+            await _apart(dns, other_api, compute_api, tenant_ns, w0.status.pod_ip, w1.status.pod_ip)
+        finally:
+            await other.delete_namespace(tenant_ns)
+
+    await core.delete_namespaced_pod("w-1", tenant_ns, grace_period_seconds=0)
+    await eventually(lambda: _answers(dns, w0.status.pod_ip, name, None), timeout=30, what="w-1 forgotten")
+
+
+async def _has_default_account(core: client.CoreV1Api, ns: str) -> bool:
+    return any(a.metadata.name == "default" for a in (await core.list_namespaced_service_account(ns)).items)
+
+
+async def _apart(dns: PeerDNS, other_api: client.ApiClient, compute_api: client.ApiClient, ns: str,
+                 first_ip: str, first_peer_ip: str) -> None:
+    """tenant-2's ``w-1`` in namespace ``ns``, where tenant-1 has its own ``w-1`` (at ``first_peer_ip``, asked
+    for by its pod at ``first_ip``): each tenant's pods find their own."""
+    theirs = peer("w-1")
+    theirs["metadata"]["name"] = "x"
+    await client.CoreV1Api(other_api).create_namespaced_pod(ns, theirs)
+
+    async def running() -> Any:
+        pods = [p for p in await compute_copies(compute_api, ns) if p.metadata.labels[naming.TENANT_LABEL] == "tenant-2"
+                and p.status.pod_ip and p.status.phase == "Running"]
+        return pods[0] if pods else None
+
+    their_ip = (await eventually(running, timeout=60, what="tenant-2's pod running")).status.pod_ip
+    name = f"w-1.ring.{ns}.svc.{ZONE}."
+    await eventually(lambda: _answers(dns, their_ip, name, [their_ip]), timeout=10,
+                     what="tenant-2's pod finding itself")
+    assert await ask(dns, first_ip, name) == [first_peer_ip], "tenant-1 finds its own w-1, never tenant-2's"
+
+
+async def _answers(dns: PeerDNS, source: str, name: str, want: list[str] | None) -> bool:
+    return await ask(dns, source, name) == want
+
+
+async def test_ferry_dns_serves_once_synced_and_relays_what_it_does_not_know(planes: ControlPlanes) -> None:
+    """The command as a Deployment runs it: ready only after its informer synced, then serving UDP."""
+    ports = []
+    for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
+        with socket.socket(socket.AF_INET, kind) as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    dns_port, metrics_port = ports
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "ferry", "dns", f"--compute-kubeconfig={planes.kubeconfig('compute')}",
+        f"--listen=127.0.0.1:{dns_port}", f"--upstream=127.0.0.1:{closed_port()}",
+        "--metrics-address=127.0.0.1", f"--metrics-port={metrics_port}",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    try:
+        await eventually(lambda: _ready(metrics_port), timeout=30, what="ferry dns ready")
+        reply = await asyncio.to_thread(_udp_query, dns_port, "example.com")
+        assert reply.header.rcode == RCODE.SERVFAIL, "relayed to an upstream that does not answer"
+        metrics = await asyncio.to_thread(_get, f"http://127.0.0.1:{metrics_port}/metrics")
+        assert 'kube_ferry_dns_queries_total{outcome="failed"} 1.0' in metrics
+    finally:
+        proc.terminate()
+        async with asyncio.timeout(10):
+            _, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()[-2000:]
+
+
+def _get(url: str) -> str:
+    return urllib.request.urlopen(url, timeout=5).read().decode()
+
+
+def _ready(port: int) -> bool:
+    try:
+        return _get(f"http://127.0.0.1:{port}/readyz") == "ok"
+    except OSError:
+        return False
+
+
+def _udp_query(port: int, name: str) -> DNSRecord:
+    return DNSRecord.parse(DNSRecord.question(name).send("127.0.0.1", port, timeout=5))

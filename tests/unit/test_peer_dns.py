@@ -1,0 +1,242 @@
+"""Peer names across the bridge (vnode/peernames.py, vnode/dnsserver.py): which names are a tenant's peers,
+who may find them, the DNS settings a compute pod gets, and the server's answers over UDP and TCP."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import AsyncIterator
+from typing import Any, cast
+
+import pytest
+from dnslib import QTYPE, RCODE, RR, A, DNSRecord
+
+from vnode import naming
+from vnode.dnsserver import QUERIES, PeerDNS, serve, slim_pod
+from vnode.peernames import PeerIndex, PeerName, parse
+from vnode.translate import Bridge, compute_pod
+
+ZONE = "cluster.local"
+
+
+def bridged(tenant: str, ns: str, host: str, ip: str, subdomain: str | None = "job",
+            phase: str = "Running") -> dict[str, Any]:
+    """A compute pod as the vnode of ``tenant`` makes it for a tenant pod in ``ns``."""
+    spec: dict[str, Any] = {"hostname": host}
+    if subdomain:
+        spec["subdomain"] = naming.compute_name(tenant, ns, subdomain)
+    return {"metadata": {"name": naming.compute_name(tenant, ns, host), "namespace": tenant, "resourceVersion": "1",
+                         "labels": {naming.TENANT_LABEL: tenant, naming.UPSTREAM_NS_LABEL: ns, "app": "x"}},
+            "spec": spec, "status": {"podIP": ip, "phase": phase}}
+
+
+def key(pod: dict[str, Any]) -> str:
+    return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+
+
+def test_peer_names_are_host_subdomain_namespace_in_the_zone() -> None:
+    assert parse("w-0.job.ml.svc.cluster.local.", ZONE) == PeerName("ml", "job", "w-0")
+    assert parse("W-0.Job.ML.svc.cluster.local", ZONE) == PeerName("ml", "job", "w-0"), "DNS names ignore case"
+    assert parse("w-0.job.ml.svc.corp.example", "corp.example") == PeerName("ml", "job", "w-0")
+    for other in ("job.ml.svc.cluster.local",  # a Service
+                  "w-0.job.ml.svc.cluster.local.ml.svc.cluster.local",  # a search-path expansion of a full name
+                  "w-0.job.ml.svc.other.zone", "w-0.job.ml.pod.cluster.local", "example.com", "..ml.svc.cluster.local"):
+        assert parse(other, ZONE) is None, other
+
+
+def test_a_tenant_finds_its_own_peers_and_no_other_tenants() -> None:
+    index = PeerIndex()
+    for pod in (bridged("t1", "ml", "w-0", "10.0.0.1"), bridged("t1", "ml", "w-1", "10.0.0.2"),
+                bridged("t2", "ml", "w-1", "10.0.0.9")):  # the same names in another tenant
+        index.update(key(pod), pod)
+    assert index.answer("10.0.0.1", "w-1.job.ml.svc.cluster.local.", ZONE) == ["10.0.0.2"]
+    assert index.answer("10.0.0.9", "w-1.job.ml.svc.cluster.local.", ZONE) == ["10.0.0.9"]
+    assert index.answer("10.0.0.9", "w-0.job.ml.svc.cluster.local.", ZONE) is None, "t1's pod is not t2's peer"
+    assert index.answer("10.0.0.1", "w-1.job.other.svc.cluster.local.", ZONE) is None, "another namespace"
+    assert index.answer("192.168.1.1", "w-1.job.ml.svc.cluster.local.", ZONE) is None, "not a bridged pod"
+
+
+def test_the_index_follows_pods_as_they_change_finish_and_go() -> None:
+    index = PeerIndex()
+    w0, w1 = bridged("t1", "ml", "w-0", "10.0.0.1"), bridged("t1", "ml", "w-1", "10.0.0.2")
+    for pod in (w0, w1):
+        index.update(key(pod), pod)
+    moved = bridged("t1", "ml", "w-1", "10.0.0.3")
+    index.update(key(moved), moved)
+    assert index.answer("10.0.0.1", "w-1.job.ml.svc.cluster.local", ZONE) == ["10.0.0.3"]
+    assert index.tenant_of("10.0.0.2") is None, "the old address is nobody's"
+    index.update(key(moved), bridged("t1", "ml", "w-1", "10.0.0.3", phase="Succeeded"))
+    assert index.answer("10.0.0.1", "w-1.job.ml.svc.cluster.local", ZONE) is None, "a finished pod is no peer"
+    assert index.tenant_of("10.0.0.3") is None, "its IP may go to another pod"
+    index.update(key(w0), None)
+    assert len(index) == 0 and index.tenant_of("10.0.0.1") is None
+
+
+def test_an_address_two_tenants_claim_at_once_answers_for_neither() -> None:
+    """While an IP passes from one pod to another (the first deleted late), the asker is unknown."""
+    index = PeerIndex()
+    a, b = bridged("t1", "ml", "w-0", "10.0.0.1"), bridged("t2", "ml", "w-0", "10.0.0.1")
+    index.update(key(a), a)
+    index.update(key(b), b)
+    assert index.tenant_of("10.0.0.1") is None
+    index.update(key(a), None)
+    assert index.tenant_of("10.0.0.1") == "t2"
+
+
+def test_a_pod_without_a_subdomain_asks_but_is_not_found() -> None:
+    index = PeerIndex()
+    solo, peer = bridged("t1", "ml", "solo", "10.0.0.5", subdomain=None), bridged("t1", "ml", "w-0", "10.0.0.1")
+    index.update(key(solo), solo)
+    index.update(key(peer), peer)
+    assert index.answer("10.0.0.5", "w-0.job.ml.svc.cluster.local", ZONE) == ["10.0.0.1"]
+    assert index.answer("10.0.0.1", "solo.job.ml.svc.cluster.local", ZONE) is None
+
+
+def test_the_cached_pod_keeps_only_what_the_index_reads() -> None:
+    pod = bridged("t1", "ml", "w-0", "10.0.0.1")
+    pod["spec"]["containers"] = [{"name": "main", "image": "big"}]
+    slim = slim_pod(pod)
+    assert "containers" not in slim["spec"] and "app" not in slim["metadata"]["labels"]
+    index = PeerIndex()
+    index.update(key(slim), slim)
+    assert index.answer("10.0.0.1", "w-0.job.ml.svc.cluster.local", ZONE) == ["10.0.0.1"]
+
+
+# ------------------------------------------------------------------ what a compute pod is given
+B = Bridge(tenant="t1", node="ferry-t1", namespace="t1", queue="t1", dns_server="10.96.0.53")
+
+
+def tenant_pod(**spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "w-0", "namespace": "ml", "uid": "u-1"},
+            "spec": {"containers": [{"name": "main", "image": "i"}], **spec}}
+
+
+def test_a_cluster_first_pod_resolves_through_ferry_dns_with_its_tenant_namespaces_search_path() -> None:
+    for policy in ({}, {"dnsPolicy": "ClusterFirst"}):
+        spec = compute_pod(tenant_pod(**policy), B)["spec"]
+        assert spec["dnsPolicy"] == "None"
+        assert spec["dnsConfig"] == {"nameservers": ["10.96.0.53"],
+                                     "searches": ["ml.svc.cluster.local", "svc.cluster.local", "cluster.local"],
+                                     "options": [{"name": "ndots", "value": "5"}]}
+
+
+def test_a_pods_own_dns_settings_are_kept_or_merged_as_a_kubelet_merges_them() -> None:
+    own = {"nameservers": ["1.1.1.1"], "searches": ["corp.example"], "options": [{"name": "ndots", "value": "2"},
+                                                                                 {"name": "edns0"}]}
+    spec = compute_pod(tenant_pod(dnsConfig=own), B)["spec"]
+    assert spec["dnsConfig"]["nameservers"] == ["10.96.0.53", "1.1.1.1"]
+    assert spec["dnsConfig"]["searches"][-1] == "corp.example"
+    assert spec["dnsConfig"]["options"] == [{"name": "ndots", "value": "2"}, {"name": "edns0"}]
+    for policy in ("Default", "None"):
+        kept = compute_pod(tenant_pod(dnsPolicy=policy, dnsConfig=own), B)["spec"]
+        assert kept["dnsPolicy"] == policy and kept["dnsConfig"] == own
+    plain = compute_pod(tenant_pod(), Bridge(tenant="t1", node="ferry-t1", namespace="t1", queue="t1"))["spec"]
+    assert "dnsConfig" not in plain and "dnsPolicy" not in plain, "without ferry dns: the compute cluster's DNS"
+
+
+# ---------------------------------------------------------------------------------- the server
+class Upstream(asyncio.DatagramProtocol):
+    """The cluster's DNS, as far as a relay can tell: one address for every name."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.DatagramTransport, transport)
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        query = DNSRecord.parse(data)
+        reply = query.reply()
+        reply.add_answer(RR(query.q.qname, QTYPE.A, rdata=A("10.96.0.1"), ttl=30))
+        self.transport.sendto(reply.pack(), addr)
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[tuple[int, int]]:
+    """``ferry dns`` on a free port of 127.0.0.1, where 127.0.0.1 is a pod of tenant t1; its upstream's port."""
+    loop = asyncio.get_running_loop()
+    up, _ = await loop.create_datagram_endpoint(Upstream, local_addr=("127.0.0.1", 0))
+    up_port = up.get_extra_info("sockname")[1]
+    index = PeerIndex()
+    for pod in (bridged("t1", "ml", "w-0", "127.0.0.1"), bridged("t1", "ml", "w-1", "10.0.0.2"),
+                bridged("t1", "ml", "v6", "fd00::7")):
+        index.update(key(pod), pod)
+    async with asyncio.TaskGroup() as tg:
+        udp, tcp = await serve(PeerDNS(index, ZONE, ("127.0.0.1", up_port), timeout_s=0.5), "127.0.0.1", 0, tg)
+        try:
+            yield udp.get_extra_info("sockname")[1], up_port
+        finally:
+            udp.close()
+            tcp.close()
+            up.close()
+
+
+async def ask_udp(port: int, name: str, qtype: str = "A") -> DNSRecord:
+    loop = asyncio.get_running_loop()
+    got: asyncio.Future[bytes] = loop.create_future()
+
+    class Client(asyncio.DatagramProtocol):
+        def datagram_received(self, data: bytes, addr: Any) -> None:
+            got.set_result(data)
+
+    transport, _ = await loop.create_datagram_endpoint(Client, remote_addr=("127.0.0.1", port))
+    try:
+        transport.sendto(DNSRecord.question(name, qtype).pack())
+        async with asyncio.timeout(5):
+            return DNSRecord.parse(await got)
+    finally:
+        transport.close()
+
+
+async def test_the_server_answers_peers_and_relays_every_other_name(server: tuple[int, int]) -> None:
+    port, _ = server
+    peer = await ask_udp(port, "w-1.job.ml.svc.cluster.local")
+    assert peer.header.rcode == RCODE.NOERROR and [str(r.rdata) for r in peer.rr] == ["10.0.0.2"]
+    assert peer.rr[0].ttl == 5
+    v6 = await ask_udp(port, "v6.job.ml.svc.cluster.local", "AAAA")
+    assert [str(r.rdata) for r in v6.rr] == ["fd00::7"]
+    none = await ask_udp(port, "w-1.job.ml.svc.cluster.local", "AAAA")
+    assert none.header.rcode == RCODE.NOERROR and not none.rr, "the name exists, with no IPv6 address"
+    other = await ask_udp(port, "kubernetes.default.svc.cluster.local")
+    assert [str(r.rdata) for r in other.rr] == ["10.96.0.1"], "a Service name: the cluster's DNS answers"
+
+
+async def test_the_server_answers_over_tcp(server: tuple[int, int]) -> None:
+    port, _ = server
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        for name in ("w-1.job.ml.svc.cluster.local", "example.com"):
+            query = DNSRecord.question(name).pack()
+            writer.write(struct.pack("!H", len(query)) + query)
+            await writer.drain()
+            size = struct.unpack("!H", await reader.readexactly(2))[0]
+            reply = DNSRecord.parse(await reader.readexactly(size))
+            assert [str(r.rdata) for r in reply.rr] == (["10.0.0.2"] if name.startswith("w-1") else ["10.96.0.1"])
+    finally:
+        writer.close()
+
+
+async def test_an_upstream_that_does_not_answer_is_a_servfail_and_garbage_is_dropped() -> None:
+    loop = asyncio.get_running_loop()
+    silent, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, local_addr=("127.0.0.1", 0))
+    try:
+        dns = PeerDNS(PeerIndex(), ZONE, ("127.0.0.1", silent.get_extra_info("sockname")[1]), timeout_s=0.2)
+        reply = await dns.handle(DNSRecord.question("example.com").pack(), "127.0.0.1")
+        assert reply is not None and DNSRecord.parse(reply).header.rcode == RCODE.SERVFAIL
+        before = QUERIES.labels("malformed")._value.get()
+        assert await dns.handle(b"\x00\x01garbage", "127.0.0.1") is None
+        assert QUERIES.labels("malformed")._value.get() == before + 1
+    finally:
+        silent.close()
+
+
+def test_the_upstream_defaults_to_the_pods_own_nameserver_and_addresses_are_checked(tmp_path: Any) -> None:
+    from vnode.cli import _host_port, _resolv_conf_nameserver
+
+    conf = tmp_path / "resolv.conf"
+    conf.write_text("search ns.svc.cluster.local\nnameserver 10.96.0.10\nnameserver 10.96.0.11\noptions ndots:5\n")
+    assert _resolv_conf_nameserver(conf) == ("10.96.0.10", 53)
+    conf.write_text("search x\n")
+    assert _resolv_conf_nameserver(conf) is None
+    assert _resolv_conf_nameserver(tmp_path / "missing") is None
+    assert _host_port("0.0.0.0:5353") == ("0.0.0.0", 5353) and _host_port("[fd00::1]:53") == ("fd00::1", 53)
+    for bad in ("10.96.0.10", ":53", "host:port", "host:70000"):
+        with pytest.raises(Exception, match="HOST:PORT"):
+            _host_port(bad)

@@ -1,0 +1,230 @@
+"""``ferry dns``: the compute cluster's name server for bridged pods (vnode/peernames.py says what it answers).
+
+One Deployment in the compute cluster, behind a Service whose ClusterIP every vnode is given
+(``ferry vnode --dns-server``): the vnode makes that address the nameserver of each compute pod whose tenant
+pod uses the cluster's DNS, with the tenant namespace's search path. Names of the asking tenant's peers are
+answered from an informer over the bridged pods (cluster-wide, read-only); every other query is relayed as
+it came to the cluster's own DNS (``--upstream``), so Services, other zones and the Internet resolve as
+before. UDP and TCP, as resolvers use both; nothing is served before the informer has synced, so a starting
+server never calls a peer missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
+
+import structlog
+from dnslib import AAAA, QTYPE, RCODE, RR, A, DNSError, DNSRecord
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from ferry.health import make_app
+from ferry.health import serve as serve_http
+from ferry.kube.informer import Informer, key_of
+from ferry.kube.rest import Rest, api_client, path
+from ferry.shutdown import run_until_signalled
+from vnode import naming
+from vnode.peernames import PeerIndex
+
+Obj = dict[str, Any]
+log = structlog.get_logger("ferry.dns")
+TTL = 5  # seconds: a peer that restarts elsewhere is found again soon
+ADDRESS_TYPES = {QTYPE.A: (A, 4), QTYPE.AAAA: (AAAA, 6)}
+
+REGISTRY = CollectorRegistry()
+QUERIES = Counter("kube_ferry_dns_queries_total", "Queries by how they were served: answered (a tenant's peer), "
+                  "relayed (to the cluster's DNS), failed (the upstream did not answer), malformed",
+                  ["outcome"], registry=REGISTRY)
+PODS = Gauge("kube_ferry_dns_bridged_pods", "Bridged compute pods with an IP that the index holds", registry=REGISTRY)
+
+
+def slim_pod(pod: Obj) -> Obj:
+    """Only what the index reads: bridged pods cluster-wide are many."""
+    meta, spec, st = pod.get("metadata", {}), pod.get("spec", {}), pod.get("status", {})
+    labels = meta.get("labels") or {}
+    return {"metadata": {**{k: meta[k] for k in ("name", "namespace", "resourceVersion", "deletionTimestamp")
+                            if k in meta},
+                         "labels": {k: labels[k] for k in (naming.TENANT_LABEL, naming.UPSTREAM_NS_LABEL)
+                                    if k in labels}},
+            "spec": {k: spec[k] for k in ("hostname", "subdomain") if k in spec},
+            "status": {k: st[k] for k in ("podIP", "phase") if k in st}}
+
+
+def reply_for(index: PeerIndex, zone: str, source_ip: str, query: DNSRecord) -> DNSRecord | None:
+    """The answer to ``query`` when it asks for one of the asking tenant's peers; None to relay it."""
+    q = query.q
+    if q.qclass != 1 or q.qtype not in (QTYPE.A, QTYPE.AAAA, QTYPE.ANY):
+        return None
+    ips = index.answer(source_ip, str(q.qname), zone)
+    if ips is None:
+        return None
+    reply = query.reply()  # authoritative for the name: no address of the other family is NOERROR, no records
+    for ip in ips:
+        family = 6 if ":" in ip else 4
+        for qtype, (rdata, fam) in ADDRESS_TYPES.items():
+            if fam == family and q.qtype in (qtype, QTYPE.ANY):
+                reply.add_answer(RR(q.qname, qtype, rdata=rdata(ip), ttl=TTL))
+    return reply
+
+
+class PeerDNS:
+    """Answers from the index, relays the rest to ``upstream`` (host, port)."""
+
+    def __init__(self, index: PeerIndex, zone: str, upstream: tuple[str, int], timeout_s: float = 2.0) -> None:
+        self.index = index
+        self.zone = zone
+        self.upstream = upstream
+        self.timeout_s = timeout_s
+
+    async def handle(self, data: bytes, source_ip: str) -> bytes | None:
+        """The reply to one query message (None: nothing to send back)."""
+        try:
+            query = DNSRecord.parse(data)
+        except (DNSError, IndexError, ValueError, struct.error):
+            QUERIES.labels("malformed").inc()
+            return None
+        if query.header.qr or not query.questions:
+            QUERIES.labels("malformed").inc()
+            return None
+        reply = reply_for(self.index, self.zone, source_ip, query)
+        if reply is not None:
+            QUERIES.labels("answered").inc()
+            return bytes(reply.pack())
+        relayed = await self._relay(data)
+        if relayed is None:
+            QUERIES.labels("failed").inc()
+            fail = query.reply()
+            fail.header.rcode = RCODE.SERVFAIL
+            return bytes(fail.pack())
+        QUERIES.labels("relayed").inc()
+        return relayed
+
+    async def _relay(self, data: bytes) -> bytes | None:
+        """The upstream's reply to ``data``, over UDP from a port of its own (so replies cannot cross)."""
+        loop = asyncio.get_running_loop()
+        got: asyncio.Future[bytes] = loop.create_future()
+        try:
+            transport, _ = await loop.create_datagram_endpoint(lambda: _OneReply(got), remote_addr=self.upstream)
+        except OSError as exc:
+            log.warning("upstream unreachable", upstream=self.upstream, error=str(exc))
+            return None
+        try:
+            transport.sendto(data)
+            async with asyncio.timeout(self.timeout_s):
+                return await got
+        except (TimeoutError, OSError):
+            return None
+        finally:
+            transport.close()
+
+
+class _OneReply(asyncio.DatagramProtocol):
+    def __init__(self, got: asyncio.Future[bytes]) -> None:
+        self.got = got
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        if not self.got.done():
+            self.got.set_result(data)
+
+    def error_received(self, exc: Exception) -> None:
+        if not self.got.done():
+            self.got.set_exception(exc)
+
+
+class _UDP(asyncio.DatagramProtocol):
+    def __init__(self, dns: PeerDNS, spawn: Callable[[Any], None]) -> None:
+        self.dns = dns
+        self.spawn = spawn
+        self.transport: asyncio.DatagramTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.DatagramTransport, transport)  # the selector's is not a subclass
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        self.spawn(self._serve(data, addr))
+
+    async def _serve(self, data: bytes, addr: Any) -> None:
+        try:
+            reply = await self.dns.handle(data, addr[0])
+        except Exception as exc:  # one query must never stop the server
+            log.warning("query failed", source=addr[0], error=str(exc)[:200])
+            return
+        if reply is not None and self.transport is not None and not self.transport.is_closing():
+            self.transport.sendto(reply, addr)
+
+
+async def _serve_tcp(dns: PeerDNS, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Length-prefixed messages (RFC 1035 4.2.2) until the client closes."""
+    source = writer.get_extra_info("peername")[0]
+    try:
+        while True:
+            size = struct.unpack("!H", await reader.readexactly(2))[0]
+            reply = await dns.handle(await reader.readexactly(size), source)
+            if reply is None:
+                break
+            writer.write(struct.pack("!H", len(reply)) + reply)
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    except Exception as exc:  # one connection must never stop the server
+        log.warning("query failed", source=source, error=str(exc)[:200])
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+
+
+async def serve(dns: PeerDNS, host: str, port: int, tg: asyncio.TaskGroup) -> tuple[asyncio.DatagramTransport,
+                                                                                     asyncio.Server]:
+    """Listen on UDP and TCP ``host:port``; each query is a task of ``tg`` (cancelled with it)."""
+    loop = asyncio.get_running_loop()
+
+    def spawn(coro: Any) -> None:
+        tg.create_task(coro)
+
+    transport, _ = await loop.create_datagram_endpoint(lambda: _UDP(dns, spawn), local_addr=(host, port))
+    port = transport.get_extra_info("sockname")[1]  # port 0: TCP on the port UDP was given
+    server = await asyncio.start_server(lambda r, w: _serve_tcp(dns, r, w), host, port)
+    return transport, server
+
+
+def pod_informer(lister: Any, index: PeerIndex) -> Informer:
+    """Bridged pods of every tenant, fed into ``index``."""
+    def changed(kind: str, pod: Obj) -> None:
+        index.update(key_of(pod), None if kind == "DELETED" else pod)
+        PODS.set(len(index))
+
+    return Informer("bridged-pods", lister, on_change=changed, transform=slim_pod)
+
+
+async def main(compute_kubeconfig: Path | None, host: str, port: int, upstream: tuple[str, int], zone: str,
+               metrics_address: str, metrics_port: int) -> None:
+    """Sync the index, then serve DNS, health and metrics until signalled."""
+    api = await api_client(compute_kubeconfig)
+    compute = Rest(api)
+    index = PeerIndex()
+    informer = pod_informer(compute.lister(path("", "v1", "pods"), labelSelector=naming.TENANT_LABEL), index)
+    runners = [await serve_http(make_app(informer.synced.is_set, REGISTRY), metrics_address, metrics_port)]
+    listeners: list[asyncio.BaseTransport | asyncio.Server] = []
+
+    async def work() -> None:
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(informer.run())
+            await informer.synced.wait()
+            listeners.extend(await serve(PeerDNS(index, zone, upstream), host, port, tg))
+            log.info("serving", address=f"{host}:{port}", upstream=f"{upstream[0]}:{upstream[1]}", zone=zone,
+                     bridged_pods=len(index))
+
+    async def cleanup() -> None:
+        for listener in listeners:
+            listener.close()
+        for r in runners:
+            with contextlib.suppress(Exception):
+                await r.cleanup()
+        await api.close()
+
+    await run_until_signalled(work(), cleanup)
