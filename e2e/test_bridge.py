@@ -97,13 +97,14 @@ def test_status_shows_the_tenant_queue_and_its_virtual_node(clusters: Clusters, 
                     reason="needs pods that run (kind or your clusters): simulated pods resolve nothing")
 def test_peers_of_a_distributed_job_resolve_by_their_tenant_names(clusters: Clusters, tenant: Cluster,
                                                                   ns: str) -> None:
-    """As MPI Operator's hostfile names them (<host>.<subdomain>.<namespace>.svc.cluster.local), answered by
-    `ferry dns` (the vnode given its address)."""
+    """As MPI Operator's hostfile names them (<host>.<subdomain>.<namespace>.svc.cluster.local), and the
+    Service behind them by its name, answered by `ferry dns` (the vnode given its address)."""
     tenant.create(ns, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "ring"},
                        "spec": {"clusterIP": "None", "selector": {"e2e-job": "ring"}}})
     # The full name: busybox's nslookup does not walk the search path the way libc does; the short form
     # becomes this name through the search path the compute pod is given (tests/integration/test_peer_dns.py).
-    lookup = f"for i in $(seq 60); do nslookup w-1.ring.{ns}.svc.cluster.local && exit 0; sleep 2; done; exit 1"
+    lookup = (f"for i in $(seq 60); do nslookup w-1.ring.{ns}.svc.cluster.local && "
+              f"nslookup ring.{ns}.svc.cluster.local && exit 0; sleep 2; done; exit 1")
     for host, command in (("w-1", "sleep 300"), ("w-0", lookup)):
         body = pod(host, seconds=300, hostname=host, subdomain="ring")
         body["metadata"]["labels"] = {"e2e-job": "ring"}

@@ -13,10 +13,9 @@ from kubernetes_asyncio import client
 from ferry import binaries as ferry_binaries
 from ferry.cluster.planes import ControlPlanes, Shape
 from ferry.cluster.process import Component
-from ferry.kube.rest import Rest, path
+from ferry.kube.rest import Rest
 from tests.helpers import api_client, closed_port, fresh_namespace
-from vnode import naming
-from vnode.dnsserver import PeerDNS, pod_informer
+from vnode.dnsserver import PeerDNS, informers
 from vnode.peernames import PeerIndex
 
 SESSION_GPU_NODES = int(os.environ.get("FERRY_TEST_GPU_NODES", "100"))
@@ -89,15 +88,16 @@ async def peer_dns(compute_api: client.ApiClient) -> AsyncIterator[PeerDNS]:
     """`ferry dns`'s answers (vnode/dnsserver.py), its index fed by a real informer over the compute cluster's
     bridged pods; what it would relay goes to an upstream that never answers (SERVFAIL)."""
     index = PeerIndex()
-    informer = pod_informer(Rest(compute_api).lister(path("", "v1", "pods"), labelSelector=naming.TENANT_LABEL),
-                            index)
-    task = asyncio.create_task(informer.run())
+    watched = informers(Rest(compute_api), index)
+    tasks = [asyncio.create_task(i.run()) for i in watched]
     try:
         async with asyncio.timeout(30):
-            await informer.synced.wait()
+            for i in watched:
+                await i.synced.wait()
         yield PeerDNS(index, "cluster.local", ("127.0.0.1", closed_port()), timeout_s=0.2)
     finally:
-        task.cancel()
+        for t in tasks:
+            t.cancel()
 
 
 @pytest.fixture

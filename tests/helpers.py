@@ -192,6 +192,22 @@ async def fresh_namespace(api: client.ApiClient) -> AsyncIterator[str]:
         await core.delete_namespace(name)
 
 
+def install_crd(kubectl: list[str], path: Path, name: str) -> None:
+    """Apply a CRD (server-side, as a release's manifests are) and wait until the kind is served: an
+    operator started before exits, or starts no controller for it."""
+    subprocess.run([*kubectl, "apply", "--server-side", "-f", str(path)], check=True, capture_output=True)
+    wait_sync(lambda: subprocess.run(
+        [*kubectl, "get", "crd", name, "-o", "jsonpath={.status.conditions[?(@.type=='Established')].status}"],
+        capture_output=True, text=True, check=False).stdout == "True", 60, f"CRD {name} established")
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 free now (for a process under test to listen on)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def closed_port() -> int:
     """A UDP port of 127.0.0.1 nothing listens on: an upstream DNS that never answers."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:

@@ -30,7 +30,7 @@ from vnode.events import Backlog, Recorder
 from vnode.kubelet import KubeletAPI, ssl_context
 from vnode.node import VirtualNode
 from vnode.pods import PodReconciler
-from vnode.translate import needs_of
+from vnode.translate import needs_of, selects
 from vnode.volumes import Volumes
 
 Obj = dict[str, Any]
@@ -78,6 +78,7 @@ class Vnode:
         c.compute_events.on_change = self._compute_event
         c.tenant_configmaps.on_change = self._dependency_changed("configMap")
         c.tenant_secrets.on_change = self._dependency_changed("secret")
+        c.tenant_services.on_change = self._service_changed
         c.compute_nodes.on_change = lambda *_: self.node.changed.set()
         c.compute_queues.on_change = lambda *_: self.node.changed.set()
         if self.volumes is not None:
@@ -106,6 +107,19 @@ class Vnode:
                 if name in (needs.configmaps if kind == "configMap" else needs.secrets):
                     self.pods.queue.add(f"{ns}/{pod['metadata']['name']}")
         return handler
+
+    def _service_changed(self, event: str, svc: Obj) -> None:
+        """A tenant Service changed: re-reconcile the forwarded pods it selects (their copy of it follows; one
+        deleted or selecting none of them any more is collected by the sweep)."""
+        self.pods.copies.on_tenant_service(event, svc)
+        if event == "SYNC" or not self.caches.synced():
+            return
+        ns, selector = svc["metadata"]["namespace"], (svc.get("spec") or {}).get("selector")
+        for pod in list(self.caches.tenant_pods.store.values()):
+            meta = pod["metadata"]
+            if meta["namespace"] == ns and pod.get("spec", {}).get("nodeName") == self.b.node \
+                    and selects(selector, meta.get("labels")):
+                self.pods.queue.add(f"{ns}/{meta['name']}")
 
     # --------------------------------------------------------------- events
     def _compute_event(self, kind: str, ev: Obj) -> None:

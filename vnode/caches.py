@@ -45,6 +45,8 @@ class Caches:
         self.tenant_unbound = inf("tenant-unbound-pods", tenant, path("", "v1", "pods"), fieldSelector="spec.nodeName=")
         self.tenant_configmaps = inf("tenant-configmaps", tenant, path("", "v1", "configmaps"))
         self.tenant_secrets = inf("tenant-secrets", tenant, path("", "v1", "secrets"))
+        # Services whose selector chooses pods of this node are copied (vnode/copies.py), so their names resolve
+        self.tenant_services = inf("tenant-services", tenant, path("", "v1", "services"))
         self.tenant_groups: dict[str, Informer] = {}
         if "podgroups.scheduling.volcano.sh" in tenant_crds:
             self.tenant_groups["volcano"] = inf("tenant-volcano-podgroups", tenant, path(*VOLCANO_PG))
@@ -77,7 +79,7 @@ class Caches:
     @property
     def tenant_side(self) -> list[Informer]:
         return [self.tenant_pods, self.tenant_unbound, self.tenant_configmaps, self.tenant_secrets,
-                *self.tenant_groups.values()]
+                self.tenant_services, *self.tenant_groups.values()]
 
     @property
     def compute_side(self) -> list[Informer]:

@@ -1,5 +1,6 @@
 """What a pod needs in the compute cluster before it starts: copied ConfigMaps and Secrets, a
-service-account token issued by the tenant cluster, the headless Service behind its subdomain.
+service-account token issued by the tenant cluster, the headless Service behind its subdomain; and the
+tenant Services that select it, copied so that their names resolve and route to compute pods.
 
 Copies are owned by labels and found through the compute caches; they are refreshed when the
 tenant object changes and collected by :meth:`Copies.sweep` once no owned pod references them.
@@ -13,10 +14,19 @@ from typing import Any
 import structlog
 
 from ferry.keys import PREFIX
-from ferry.kube.rest import Rest, path, status_of
+from ferry.kube.rest import Rest, message_of, path, status_of
 from vnode import metrics, naming, status
 from vnode.caches import Caches
-from vnode.translate import Bridge, content_digest, copy_of, needs_of, token_secret_name
+from vnode.translate import (
+    Bridge,
+    compute_service,
+    content_digest,
+    copy_of,
+    needs_of,
+    selects,
+    spec_digest,
+    token_secret_name,
+)
 
 Obj = dict[str, Any]
 DIGEST_ANNOTATION = PREFIX + "content-digest"
@@ -36,6 +46,15 @@ class Copies:
         self.tenant = tenant
         self.compute = compute
         self.caches = caches
+        self.services_in: dict[str, dict[str, Obj]] = {}  # tenant Services by namespace, then name
+
+    def on_tenant_service(self, event: str, svc: Obj) -> None:
+        """Keep :attr:`services_in` with the tenant Services' cache (a pod asks only of its namespace)."""
+        ns, name = svc["metadata"]["namespace"], svc["metadata"]["name"]
+        if event == "DELETED":
+            self.services_in.get(ns, {}).pop(name, None)
+        else:
+            self.services_in.setdefault(ns, {})[name] = svc
 
     async def ensure(self, pod: Obj) -> float | None:
         """Make every dependency of ``pod`` exist; returns seconds until its token needs refreshing."""
@@ -56,6 +75,9 @@ class Copies:
                 await self._upsert(kind, obj, dst)
         if needs.subdomain:
             await self._service(ns, needs.subdomain)
+        for svc in self.services_selecting(pod):
+            if svc["metadata"]["name"] != needs.subdomain:  # that one is its subdomain's, above
+                await self._copy_service(svc)
         if needs.token is not None:
             return await self._token(pod, needs.token)
         return None
@@ -108,6 +130,51 @@ class Copies:
             if status_of(exc) != 409:
                 raise
 
+    def services_selecting(self, pod: Obj) -> list[Obj]:
+        """The tenant Services of the pod's namespace whose selector chooses it."""
+        meta = pod["metadata"]
+        return [svc for svc in list(self.services_in.get(meta["namespace"], {}).values())
+                if selects((svc.get("spec") or {}).get("selector"), meta.get("labels"))]
+
+    async def _copy_service(self, svc: Obj) -> None:
+        """Create or update the compute copy of a tenant Service (vnode/translate.py ``compute_service``). A copy
+        the compute API refuses is logged and left: the pod runs without it, as beside a broken Service."""
+        want = compute_service(svc, self.b)
+        digest = spec_digest(want)
+        want["metadata"]["annotations"][DIGEST_ANNOTATION] = digest
+        name = want["metadata"]["name"]
+        key, url = f"{self.b.namespace}/{name}", path("", "v1", "services", self.b.namespace)
+        cache = self.caches.compute_services
+        have = cache.store.get(key)
+        try:
+            if have is None:
+                try:
+                    cache.remember(await self.compute.create(url, want))
+                    return
+                except Exception as exc:
+                    if status_of(exc) != 409:
+                        raise
+                    have = await self.compute.get(f"{url}/{name}")
+            if (have["metadata"].get("annotations") or {}).get(DIGEST_ANNOTATION) == digest:
+                return
+            if naming.SUBDOMAIN_LABEL in (have["spec"].get("selector") or {}):
+                return  # made for pods of that subdomain, which it must keep choosing (``_service``)
+            if (have["spec"].get("clusterIP") == "None") != (want["spec"].get("clusterIP") == "None"):
+                await self.compute.delete(f"{url}/{name}")  # headless or not cannot change in place
+                cache.store.pop(key, None)
+                cache.remember(await self.compute.create(url, want))
+                return
+            for k in ("clusterIP", "clusterIPs"):
+                if k in have["spec"]:
+                    want["spec"][k] = have["spec"][k]
+            want["metadata"]["resourceVersion"] = have["metadata"]["resourceVersion"]
+            cache.remember(await self.compute.put(f"{url}/{name}", want), replaces=have)
+        except Exception as exc:
+            if status_of(exc) != 422:
+                raise
+            log.warning("the compute cluster refused a Service's copy", service=svc["metadata"]["name"],
+                        namespace=svc["metadata"]["namespace"], error=message_of(exc)[:300])
+
     async def _token(self, pod: Obj, source: Obj) -> float:
         """A token for the pod's ServiceAccount, bound to the tenant pod, kept fresh in a compute Secret."""
         meta, spec = pod["metadata"], pod.get("spec", {})
@@ -156,12 +223,20 @@ class Copies:
         """Delete owned copies that no owned compute pod references any more (only after caches synced)
         and that are older than ``min_age_s`` (copies are made before their pod)."""
         used: dict[str, set[str]] = {"configmaps": set(), "secrets": set(), "services": set()}
-        for pod in self.caches.compute_pods.store.values():
+        pods = list(self.caches.compute_pods.store.values())
+        for pod in pods:
             needs = needs_of(pod)
             used["configmaps"] |= needs.configmaps
             used["secrets"] |= needs.secrets
             if needs.subdomain:
                 used["services"].add(needs.subdomain)
+        for svc in list(self.caches.compute_services.store.values()):  # copies of Services that select pods
+            meta, selector = svc["metadata"], (svc.get("spec") or {}).get("selector") or {}
+            upstream = f"{(meta.get('labels') or {}).get(naming.UPSTREAM_NS_LABEL)}/" \
+                       f"{(meta.get('annotations') or {}).get(naming.UPSTREAM_NAME_ANNOTATION)}"
+            if (naming.SUBDOMAIN_LABEL not in selector and upstream in self.caches.tenant_services.store
+                    and any(selects(selector, (p["metadata"].get("labels"))) for p in pods)):
+                used["services"].add(meta["name"])
         deleted = 0
         now = time.time()
         for plural, cache in (("configmaps", self.caches.compute_configmaps.store),

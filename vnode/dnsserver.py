@@ -2,11 +2,12 @@
 
 One Deployment in the compute cluster, behind a Service whose ClusterIP every vnode is given
 (``ferry vnode --dns-server``): the vnode makes that address the nameserver of each compute pod whose tenant
-pod uses the cluster's DNS, with the tenant namespace's search path. Names of the asking tenant's peers are
-answered from an informer over the bridged pods (cluster-wide, read-only); every other query is relayed as
-it came to the cluster's own DNS (``--upstream``), so Services, other zones and the Internet resolve as
-before. UDP and TCP, as resolvers use both; nothing is served before the informer has synced, so a starting
-server never calls a peer missing.
+pod uses the cluster's DNS, with the tenant namespace's search path. Names of the asking tenant's pods and
+Services are answered from informers over the bridged pods and the vnodes' Service copies (cluster-wide,
+read-only); every other query is relayed as it came to the cluster's own DNS (``--upstream``), so the
+compute cluster's own Services, other zones and the Internet resolve as before. UDP and TCP, as resolvers
+use both; nothing is served before the informers have synced, so a starting server never calls a peer
+missing.
 """
 
 from __future__ import annotations
@@ -40,18 +41,25 @@ QUERIES = Counter("kube_ferry_dns_queries_total", "Queries by how they were serv
                   "relayed (to the cluster's DNS), failed (the upstream did not answer), malformed",
                   ["outcome"], registry=REGISTRY)
 PODS = Gauge("kube_ferry_dns_bridged_pods", "Bridged compute pods with an IP that the index holds", registry=REGISTRY)
+SERVICES = Gauge("kube_ferry_dns_services", "The vnodes' copies of tenant Services that the index holds",
+                 registry=REGISTRY)
+META = ("name", "namespace", "resourceVersion", "deletionTimestamp", "labels")
 
 
 def slim_pod(pod: Obj) -> Obj:
     """Only what the index reads: bridged pods cluster-wide are many."""
     meta, spec, st = pod.get("metadata", {}), pod.get("spec", {}), pod.get("status", {})
-    labels = meta.get("labels") or {}
-    return {"metadata": {**{k: meta[k] for k in ("name", "namespace", "resourceVersion", "deletionTimestamp")
-                            if k in meta},
-                         "labels": {k: labels[k] for k in (naming.TENANT_LABEL, naming.UPSTREAM_NS_LABEL)
-                                    if k in labels}},
+    return {"metadata": {k: meta[k] for k in META if k in meta},
             "spec": {k: spec[k] for k in ("hostname", "subdomain") if k in spec},
             "status": {k: st[k] for k in ("podIP", "phase") if k in st}}
+
+
+def slim_service(svc: Obj) -> Obj:
+    meta, spec = svc.get("metadata", {}), svc.get("spec", {})
+    notes = meta.get("annotations") or {}
+    return {"metadata": {**{k: meta[k] for k in META if k in meta},
+                         "annotations": {k: v for k, v in notes.items() if k == naming.UPSTREAM_NAME_ANNOTATION}},
+            "spec": {k: spec[k] for k in ("clusterIP", "selector") if k in spec}}
 
 
 def reply_for(index: PeerIndex, zone: str, source_ip: str, query: DNSRecord) -> DNSRecord | None:
@@ -201,23 +209,41 @@ def pod_informer(lister: Any, index: PeerIndex) -> Informer:
     return Informer("bridged-pods", lister, on_change=changed, transform=slim_pod)
 
 
+def service_informer(lister: Any, index: PeerIndex) -> Informer:
+    """The vnodes' copies of tenant Services (and of subdomains' Services), fed into ``index``."""
+    def changed(kind: str, svc: Obj) -> None:
+        index.update_service(key_of(svc), None if kind == "DELETED" else svc)
+        SERVICES.set(index.services)
+
+    return Informer("service-copies", lister, on_change=changed, transform=slim_service)
+
+
+def informers(compute: Rest, index: PeerIndex) -> list[Informer]:
+    """What ``ferry dns`` watches: everything the vnodes made, of two kinds, cluster-wide."""
+    return [pod_informer(compute.lister(path("", "v1", "pods"), labelSelector=naming.TENANT_LABEL), index),
+            service_informer(compute.lister(path("", "v1", "services"), labelSelector=naming.TENANT_LABEL), index)]
+
+
 async def main(compute_kubeconfig: Path | None, host: str, port: int, upstream: tuple[str, int], zone: str,
                metrics_address: str, metrics_port: int) -> None:
     """Sync the index, then serve DNS, health and metrics until signalled."""
     api = await api_client(compute_kubeconfig)
     compute = Rest(api)
     index = PeerIndex()
-    informer = pod_informer(compute.lister(path("", "v1", "pods"), labelSelector=naming.TENANT_LABEL), index)
-    runners = [await serve_http(make_app(informer.synced.is_set, REGISTRY), metrics_address, metrics_port)]
+    watched = informers(compute, index)
+    runners = [await serve_http(make_app(lambda: all(i.synced.is_set() for i in watched), REGISTRY),
+                                metrics_address, metrics_port)]
     listeners: list[asyncio.BaseTransport | asyncio.Server] = []
 
     async def work() -> None:
         async with asyncio.TaskGroup() as tg:
-            tg.create_task(informer.run())
-            await informer.synced.wait()
+            for informer in watched:
+                tg.create_task(informer.run())
+            for informer in watched:
+                await informer.synced.wait()
             listeners.extend(await serve(PeerDNS(index, zone, upstream), host, port, tg))
             log.info("serving", address=f"{host}:{port}", upstream=f"{upstream[0]}:{upstream[1]}", zone=zone,
-                     bridged_pods=len(index))
+                     bridged_pods=len(index), services=index.services)
 
     async def cleanup() -> None:
         for listener in listeners:

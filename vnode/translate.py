@@ -320,6 +320,39 @@ def copy_of(obj: Obj, b: Bridge, kind: str) -> Obj:
     return out
 
 
+def selects(selector: dict[str, str] | None, labels: dict[str, str] | None) -> bool:
+    """A Service's selector chooses a pod with these labels (an empty selector chooses none: such a Service
+    has endpoints of its own, which nothing here copies)."""
+    return bool(selector) and all((labels or {}).get(k) == v for k, v in (selector or {}).items())
+
+
+def compute_service(svc: Obj, b: Bridge) -> Obj:
+    """The compute copy of a tenant Service that selects pods of this vnode, so that a Service name resolves
+    (`ferry dns`) and routes to their compute pods: the same ports, the compute pods it selects (tenant
+    labels are kept on them) and only this tenant's, of the Service's namespace. A cluster IP of its own,
+    or none where the tenant's Service is headless; NodePort and LoadBalancer become ClusterIP (the
+    tenant's clients do not reach the compute cluster's nodes)."""
+    meta, spec = svc["metadata"], svc.get("spec", {})
+    ns = meta["namespace"]
+    out: Obj = {"type": "ClusterIP",
+                "selector": {**spec["selector"], naming.TENANT_LABEL: b.tenant, naming.UPSTREAM_NS_LABEL: ns},
+                "ports": [{k: p[k] for k in ("name", "port", "protocol", "targetPort", "appProtocol") if k in p}
+                          for p in spec.get("ports") or []],
+                "publishNotReadyAddresses": bool(spec.get("publishNotReadyAddresses"))}
+    if spec.get("clusterIP") == "None":
+        out["clusterIP"] = "None"
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": naming.compute_name(b.tenant, ns, meta["name"]), "namespace": b.namespace,
+                         "labels": {**naming.owner_labels(b.tenant, b.node, ns), naming.KIND_LABEL: "Service"},
+                         "annotations": {naming.UPSTREAM_NAME_ANNOTATION: meta["name"]}},
+            "spec": out}
+
+
+def spec_digest(obj: Obj) -> str:
+    """Changes when a copied Service's spec does (the API adds defaults to what it stores)."""
+    return hashlib.sha256(json.dumps(obj.get("spec"), sort_keys=True).encode()).hexdigest()[:16]
+
+
 def content_digest(obj: Obj) -> str:
     """Changes when a copy's payload changes (so updates propagate and no-ops are skipped)."""
     payload = {k: obj.get(k) for k in ("data", "binaryData", "type")}

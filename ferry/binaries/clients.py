@@ -1,6 +1,6 @@
 """Build and cache the unmodified tenant-side clients Kube-Ferry is checked with: Kubeflow's Training
-Operator and MPI Operator, and KubeRay's operator, each from its Go module as its own repository builds it,
-with the CRDs its release installs.
+Operator and MPI Operator, KubeRay's operator and the JobSet controller, each from its Go module as its own
+repository builds it, with the CRDs its release installs.
 
 Nothing of it is kept in this repository; the build is cached next to the control-plane binaries.
 """
@@ -36,6 +36,8 @@ MPI_OPERATOR = OperatorSource("Kubeflow MPI Operator", "github.com/kubeflow/mpi-
                               "./cmd/mpi-operator", "manifests/base", "gang-scheduling")
 KUBERAY = OperatorSource("KubeRay operator", "github.com/ray-project/kuberay/ray-operator", "v1.5.0",
                          "ray-operator", ".", "config/crd/bases", "batch-scheduler")
+JOBSET = OperatorSource("JobSet controller", "sigs.k8s.io/jobset", "v0.11.0", "jobset", ".",
+                        "config/components/crd/bases", "kube-api-qps")
 
 
 @dataclass(frozen=True)

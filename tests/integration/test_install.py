@@ -19,8 +19,7 @@ from ferry.cluster.process import Component
 from ferry.kube.rest import JSON, MERGE, Rest, api_client, path
 from tests.helpers import compute_copies, eventually, swapped
 from tests.integration.test_gang_lifecycle import VOLCANO, member, status_of, tenant_group
-from vnode import naming
-from vnode.dnsserver import pod_informer
+from vnode.dnsserver import informers
 from vnode.peernames import PeerIndex
 
 pytestmark = pytest.mark.usefixtures("vnodes")
@@ -143,7 +142,7 @@ async def _status(kubeconfig: Path, method: str, url: str, body: dict[str, Any] 
     ("vnode-compute", "PATCH", "/apis/scheduling.kubeferry.io/v1alpha1/queues/tenant-1"),
     ("vnode-compute", "POST", "/api/v1/namespaces/tenant-2/pods/x/exec"),
     ("dns", "GET", "/api/v1/secrets"),
-    ("dns", "GET", "/api/v1/namespaces/tenant-1/services"),
+    ("dns", "GET", "/api/v1/namespaces/tenant-1/configmaps"),
     ("dns", "DELETE", "/api/v1/namespaces/tenant-1/pods/x"),
     ("dns", "PATCH", "/api/v1/namespaces/tenant-1/pods/x"),
     ("vnode-tenant", "DELETE", "/api/v1/namespaces/default"),
@@ -158,29 +157,32 @@ async def test_the_service_accounts_are_refused_what_they_do_not_need(
 async def test_ferry_dns_indexes_the_bridged_pods_on_its_service_account_token_alone(
         installed: dict[str, Path], tenant_api: client.ApiClient, compute_api: client.ApiClient,
         tenant_ns: str) -> None:
-    """Its informer lists and watches bridged pods cluster-wide: a pod bridged after the list is found."""
+    """Its informers list and watch bridged pods and Service copies cluster-wide: a pod bridged after the
+    list is found, by its own name and by its subdomain's Service."""
     index = PeerIndex()
     api = await api_client(installed["dns"])
-    informer = pod_informer(Rest(api).lister(path("", "v1", "pods"), labelSelector=naming.TENANT_LABEL), index)
-    task = asyncio.create_task(informer.run())
+    watched = informers(Rest(api), index)
+    tasks = [asyncio.create_task(i.run()) for i in watched]
     try:
-        await eventually(lambda: informer.synced.is_set() or informer.error, timeout=30, what="the first list")
-        assert informer.error is None and informer.synced.is_set()
+        for i in watched:
+            await eventually(lambda i=i: i.synced.is_set() or i.error, timeout=30, what=f"{i.name} listed")
+        assert all(i.error is None and i.synced.is_set() for i in watched), [i.error for i in watched]
         await client.CoreV1Api(tenant_api).create_namespaced_pod(tenant_ns, {
             "metadata": {"name": "w-0"},
             "spec": {"hostname": "w-0", "subdomain": "ring", "automountServiceAccountToken": False,
                      "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
                      "containers": [{"name": "main", "image": "trainer:1"}]}})
 
-        async def found() -> list[str] | None:
+        async def found() -> bool:
             ips = [p.status.pod_ip for p in await compute_copies(compute_api, tenant_ns) if p.status.pod_ip]
-            name = f"w-0.ring.{tenant_ns}.svc.cluster.local."
-            return index.answer(ips[0], name, "cluster.local") if ips else None  # the pod finding itself
+            return bool(ips) and all(index.answer(ips[0], f"{name}.{tenant_ns}.svc.cluster.local.", "cluster.local")
+                                     == ips for name in ("w-0.ring", "ring"))  # the pod finding itself
 
-        await eventually(found, timeout=60, what="the bridged pod in the index")
-        assert informer.error is None, informer.error
+        await eventually(found, timeout=60, what="the bridged pod and its subdomain's Service in the index")
+        assert all(i.error is None for i in watched), [i.error for i in watched]
     finally:
-        task.cancel()
+        for t in tasks:
+            t.cancel()
         await api.close()
 
 

@@ -24,10 +24,12 @@ from tests.helpers import (
     guarantee_claiming,
     logged_process,
     reserved_node,
+    resolve,
     running_pods,
     wait_sync,
 )
-from vnode.naming import UPSTREAM_NAME_ANNOTATION, UPSTREAM_NS_LABEL
+from vnode.dnsserver import PeerDNS
+from vnode.naming import UPSTREAM_NAME_ANNOTATION, UPSTREAM_NS_LABEL, compute_name
 
 TENANT = "tenant-1"
 IMAGE = "rayproject/ray:2.46.0"  # what KubeRay's samples run (kwok runs no image)
@@ -76,7 +78,7 @@ def _running(pods: list[Any], count: int) -> list[Any] | None:
 
 @pytest.mark.usefixtures("kuberay")
 async def test_a_raycluster_starts_as_one_gang_scales_and_leaves_nothing_when_deleted(
-        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str, peer_dns: PeerDNS) -> None:
     rays = client.CustomObjectsApi(tenant_api)
     groups = client.CustomObjectsApi(tenant_api)
     await rays.create_namespaced_custom_object("ray.io", "v1", tenant_ns, "rayclusters", raycluster("rc", workers=2))
@@ -88,6 +90,19 @@ async def test_a_raycluster_starts_as_one_gang_scales_and_leaves_nothing_when_de
                             what="the head and 2 workers Running in the compute cluster")
     gpu_pods = [p for p in pods if "nvidia.com/gpu" in (p.spec.containers[0].resources.limits or {})]
     assert len(gpu_pods) == 2 and all(p.spec.node_name.startswith("gpu-node-") for p in gpu_pods)
+    # A worker reaches the head at the address KubeRay gives it (FQ_RAY_IP: its head Service's full name),
+    # which resolves (`ferry dns`) to the vnode's copy of that Service, which routes to the head's compute pod.
+    head_pod = next(p for p in pods if p not in gpu_pods)
+    address = next(e.value for c in [*gpu_pods[0].spec.containers, *(gpu_pods[0].spec.init_containers or [])]
+                   for e in c.env or [] if e.name == "FQ_RAY_IP")
+
+    async def head_found() -> bool:
+        svc = await _copy_of(compute_api, tenant_ns, address.split(".")[0])
+        want = None if svc is None else ([head_pod.status.pod_ip] if svc.spec.cluster_ip in (None, "None")
+                                         else [svc.spec.cluster_ip])
+        return want is not None and await resolve(peer_dns, gpu_pods[0], address) == want
+
+    await eventually(head_found, timeout=30, what=f"the head's address {address} resolved from a worker")
     group = await groups.get_namespaced_custom_object("scheduling.volcano.sh", "v1beta1", tenant_ns, "podgroups",
                                                       "ray-rc-pg")
     assert group["spec"]["minMember"] == 3
@@ -144,6 +159,13 @@ async def test_a_raycluster_starts_as_one_gang_scales_and_leaves_nothing_when_de
         return not await compute_copies(compute_api, tenant_ns)
 
     await eventually(gone, timeout=90, what="the deleted RayCluster's compute pods to be gone")
+
+
+async def _copy_of(compute_api: client.ApiClient, tenant_ns: str, service: str) -> Any:
+    name = compute_name(TENANT, tenant_ns, service)
+    found = [s for s in (await client.CoreV1Api(compute_api).list_namespaced_service(TENANT)).items
+             if s.metadata.name == name]
+    return found[0] if found else None
 
 
 async def _is(read: Any, want: str) -> str | None:

@@ -28,6 +28,7 @@ from tests.helpers import (
     eventually,
     fresh_namespace,
     guarantee_claiming,
+    install_crd,
     logged_process,
     replacements,
     reserved_node,
@@ -50,12 +51,7 @@ def mpi_operator(planes: ControlPlanes, binaries: Binaries, vnodes: dict[str, Co
     op = ensure_operator(MPI_OPERATOR)
     kubeconfig = planes.kubeconfig(TENANT)
     kubectl = [str(binaries.path("kubectl")), f"--kubeconfig={kubeconfig}"]
-    subprocess.run([*kubectl, "apply", "--server-side", "-f", str(op.crds / "kubeflow.org_mpijobs.yaml")], check=True,
-                   capture_output=True)
-    wait_sync(lambda: subprocess.run(  # the operator exits at once if the kind is not served yet
-        [*kubectl, "get", "crd", "mpijobs.kubeflow.org", "-o",
-         "jsonpath={.status.conditions[?(@.type=='Established')].status}"],
-        capture_output=True, text=True, check=False).stdout == "True", 60, "the MPIJob CRD established")
+    install_crd(kubectl, op.crds / "kubeflow.org_mpijobs.yaml", "mpijobs.kubeflow.org")  # else it exits at once
     subprocess.run([*kubectl, "create", "namespace", LOCK_NS], check=False, capture_output=True)
     log_path = tmp_path_factory.mktemp("mpi-operator") / "operator.log"
     with logged_process([str(op.binary), "--gang-scheduling=volcano", f"--kubeConfig={kubeconfig}",

@@ -106,6 +106,60 @@ async def _answers(dns: PeerDNS, source: str, name: str, want: list[str] | None)
     return await ask(dns, source, name) == want
 
 
+async def test_a_tenant_services_name_resolves_and_routes_to_the_compute_pods_it_selects(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str, peer_dns: PeerDNS) -> None:
+    """As a Ray head or a PyTorchJob's master is reached: a Service (made after its pods, as operators may)
+    is copied to the compute cluster, its name resolves to the copy's cluster IP, or to the pods a headless
+    one selects, and the compute cluster's EndpointSlices route it to the compute pods; deleted upstream,
+    the copy goes and the name is relayed again."""
+    core, ccore = client.CoreV1Api(tenant_api), client.CoreV1Api(compute_api)
+    for name, role in (("head", "head"), ("worker", "worker")):
+        body = peer(name)
+        body["spec"].pop("subdomain")
+        body["metadata"]["labels"] = {"app": "ray", "role": role}
+        await core.create_namespaced_pod(tenant_ns, body)
+    copies = await eventually(lambda: running_copies(compute_api, tenant_ns, 2), timeout=60, what="both running")
+    head, worker = copies["head"], copies["worker"]
+    await core.create_namespaced_service(tenant_ns, {"metadata": {"name": "head-svc"}, "spec": {
+        "selector": {"app": "ray", "role": "head"}, "ports": [{"name": "gcs", "port": 6379}]}})
+    await core.create_namespaced_service(tenant_ns, {"metadata": {"name": "workers"}, "spec": {
+        "clusterIP": "None", "selector": {"role": "worker"}}})
+    copy_name = naming.compute_name("tenant-1", tenant_ns, "head-svc")
+
+    async def copied() -> Any:
+        found = [s for s in (await ccore.list_namespaced_service("tenant-1")).items if s.metadata.name == copy_name]
+        return found[0] if found else None
+
+    svc = await eventually(copied, timeout=30, what="the Service copied")
+    assert svc.spec.cluster_ip not in (None, "None") and svc.spec.ports[0].port == 6379
+    assert svc.spec.selector == {"app": "ray", "role": "head", naming.TENANT_LABEL: "tenant-1",
+                                 naming.UPSTREAM_NS_LABEL: tenant_ns}
+    await eventually(lambda: _resolves(peer_dns, worker, "head-svc", [svc.spec.cluster_ip]), timeout=10,
+                     what="head-svc from the worker")
+    assert await resolve(peer_dns, worker, f"head-svc.{tenant_ns}.svc.{ZONE}") == [svc.spec.cluster_ip]
+    await eventually(lambda: _resolves(peer_dns, head, "workers", [worker.status.pod_ip]), timeout=10,
+                     what="the headless workers Service from the head")
+
+    async def routed() -> bool:  # kube-controller-manager's EndpointSlice controller, in the compute cluster
+        slices = await client.DiscoveryV1Api(compute_api).list_namespaced_endpoint_slice(
+            "tenant-1", label_selector=f"kubernetes.io/service-name={copy_name}")
+        return [a for s in slices.items for e in s.endpoints or [] for a in e.addresses] == [head.status.pod_ip]
+
+    await eventually(routed, timeout=30, what="the copy's endpoints: the head's compute pod")
+
+    await core.delete_namespaced_service("head-svc", tenant_ns)
+    await eventually(lambda: _gone(ccore, copy_name), timeout=60, what="the copy collected")
+    await eventually(lambda: _resolves(peer_dns, worker, "head-svc", None), timeout=10, what="head-svc relayed")
+
+
+async def _resolves(dns: PeerDNS, pod: Any, name: str, want: list[str] | None) -> bool:
+    return await resolve(dns, pod, name) == want
+
+
+async def _gone(core: client.CoreV1Api, name: str) -> bool:
+    return all(s.metadata.name != name for s in (await core.list_namespaced_service("tenant-1")).items)
+
+
 async def test_ferry_dns_serves_once_synced_and_relays_what_it_does_not_know(planes: ControlPlanes) -> None:
     """The command as a Deployment runs it: ready only after its informer synced, then serving UDP."""
     ports = []

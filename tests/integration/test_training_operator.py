@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from ferry.binaries import Binaries
 from ferry.binaries.clients import TRAINING_OPERATOR, ensure_operator
@@ -24,12 +24,16 @@ from ferry.cluster.process import Component
 from tests.helpers import (
     compute_copies,
     eventually,
+    free_port,
     guarantee_claiming,
     logged_process,
     reserved_node,
+    resolve,
     running_pods,
     wait_sync,
 )
+from vnode.dnsserver import PeerDNS
+from vnode.naming import UPSTREAM_NAME_ANNOTATION, compute_name
 
 TENANT = "tenant-1"
 OPERATOR_NS = "kubeflow"
@@ -57,12 +61,6 @@ webhooks: []
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def training_operator(planes: ControlPlanes, binaries: Binaries, vnodes: dict[str, Component],
                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[subprocess.Popen[bytes]]:
@@ -76,7 +74,7 @@ def training_operator(planes: ControlPlanes, binaries: Binaries, vnodes: dict[st
     log_path = tmp_path_factory.mktemp("training-operator") / "operator.log"
     with logged_process([str(op.binary), "--gang-scheduler-name=volcano", "--enable-scheme=pytorchjob",
                          "--enable-scheme=mpijob", "--metrics-bind-address=0", "--health-probe-bind-address=0",
-                         f"--webhook-server-port={_free_port()}"],
+                         f"--webhook-server-port={free_port()}"],
                         {**os.environ, "KUBECONFIG": str(kubeconfig), "MY_POD_NAMESPACE": OPERATOR_NS},
                         log_path) as proc:
         def certificate() -> dict[str, str] | None:
@@ -147,16 +145,32 @@ async def test_a_pytorchjob_runs_through_the_virtual_node_and_succeeds(
 
 @pytest.mark.usefixtures("training_operator")
 async def test_a_pytorchjob_deleted_while_running_leaves_nothing_in_the_compute_cluster(
-        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str, peer_dns: PeerDNS) -> None:
     jobs = client.CustomObjectsApi(tenant_api)
     await jobs.create_namespaced_custom_object("kubeflow.org", "v1", tenant_ns, "pytorchjobs",
                                                pytorchjob("long", workers=2, duration="600s"))
 
-    async def running() -> bool:
+    async def running() -> list[Any] | None:
         pods = await compute_copies(compute_api, tenant_ns)
-        return len(pods) == 3 and all(p.status.phase == "Running" for p in pods)
+        return pods if len(pods) == 3 and all(p.status.phase == "Running" for p in pods) else None
 
-    await eventually(running, timeout=90, what="the job's 3 pods Running in the compute cluster")
+    pods = await eventually(running, timeout=90, what="the job's 3 pods Running in the compute cluster")
+    # The workers reach the master at the operator's MASTER_ADDR, its Service: copied to the compute cluster,
+    # the name resolves (`ferry dns`) to the master's compute pod, or to the copy's cluster IP.
+    by_name = {p.metadata.annotations[UPSTREAM_NAME_ANNOTATION]: p for p in pods}
+    worker, master = by_name["long-worker-0"], by_name["long-master-0"]
+    addr = next(e.value for e in worker.spec.containers[0].env if e.name == "MASTER_ADDR")
+
+    async def master_found() -> bool:
+        try:
+            svc = await client.CoreV1Api(compute_api).read_namespaced_service(
+                compute_name(TENANT, tenant_ns, addr), TENANT)
+        except ApiException:  # not copied yet
+            return False
+        want = [master.status.pod_ip] if svc.spec.cluster_ip in (None, "None") else [svc.spec.cluster_ip]
+        return await resolve(peer_dns, worker, addr) == want
+
+    await eventually(master_found, timeout=30, what=f"MASTER_ADDR {addr} resolved to the master")
     await jobs.delete_namespaced_custom_object("kubeflow.org", "v1", tenant_ns, "pytorchjobs", "long")
 
     async def gone() -> bool:

@@ -12,9 +12,9 @@ import pytest
 from dnslib import QTYPE, RCODE, RR, A, DNSRecord
 
 from vnode import naming
-from vnode.dnsserver import QUERIES, PeerDNS, serve, slim_pod
-from vnode.peernames import PeerIndex, PeerName, parse
-from vnode.translate import Bridge, compute_pod
+from vnode.dnsserver import QUERIES, PeerDNS, serve, slim_pod, slim_service
+from vnode.peernames import PeerIndex, PeerName, ServiceName, parse
+from vnode.translate import Bridge, compute_pod, compute_service, selects
 
 ZONE = "cluster.local"
 
@@ -38,7 +38,8 @@ def test_peer_names_are_host_subdomain_namespace_in_the_zone() -> None:
     assert parse("w-0.job.ml.svc.cluster.local.", ZONE) == PeerName("ml", "job", "w-0")
     assert parse("W-0.Job.ML.svc.cluster.local", ZONE) == PeerName("ml", "job", "w-0"), "DNS names ignore case"
     assert parse("w-0.job.ml.svc.corp.example", "corp.example") == PeerName("ml", "job", "w-0")
-    for other in ("job.ml.svc.cluster.local",  # a Service
+    assert parse("Master-0.ML.svc.cluster.local.", ZONE) == ServiceName("ml", "master-0")
+    for other in ("x.w-0.job.ml.svc.cluster.local",
                   "w-0.job.ml.svc.cluster.local.ml.svc.cluster.local",  # a search-path expansion of a full name
                   "w-0.job.ml.svc.other.zone", "w-0.job.ml.pod.cluster.local", "example.com", "..ml.svc.cluster.local"):
         assert parse(other, ZONE) is None, other
@@ -92,11 +93,74 @@ def test_a_pod_without_a_subdomain_asks_but_is_not_found() -> None:
     assert index.answer("10.0.0.1", "solo.job.ml.svc.cluster.local", ZONE) is None
 
 
+def copied_service(tenant: str, ns: str, name: str, selector: dict[str, str], cluster_ip: str = "None",
+                   compute_ns: str | None = None) -> dict[str, Any]:
+    """A vnode's compute copy of tenant Service ``ns/name`` (vnode/translate.py ``compute_service``)."""
+    svc = compute_service({"metadata": {"name": name, "namespace": ns},
+                           "spec": {"selector": selector, "clusterIP": cluster_ip, "ports": [{"port": 23456}]}},
+                          Bridge(tenant=tenant, node=f"ferry-{tenant}", namespace=compute_ns or tenant, queue=tenant))
+    svc["spec"]["clusterIP"] = cluster_ip  # as the API allocated it
+    return svc
+
+
+def test_a_services_name_answers_its_cluster_ip_or_the_pods_it_selects() -> None:
+    index = PeerIndex()
+    pods = [bridged("t1", "ml", "master-0", "10.0.0.1"), bridged("t1", "ml", "worker-0", "10.0.0.2"),
+            bridged("t1", "other", "master-0", "10.0.0.3"), bridged("t2", "ml", "master-0", "10.0.0.9")]
+    pods[0]["metadata"]["labels"]["role"] = "master"
+    pods[2]["metadata"]["labels"]["role"] = "master"  # the same labels in another namespace
+    pods[3]["metadata"]["labels"]["role"] = "master"  # and in another tenant
+    for pod in pods:
+        index.update(key(pod), pod)
+    headless = copied_service("t1", "ml", "job-master-0", {"role": "master"})
+    routed = copied_service("t1", "ml", "head-svc", {"role": "master"}, cluster_ip="10.96.7.7")
+    for svc in (headless, routed):
+        index.update_service(key(svc), svc)
+    assert index.answer("10.0.0.2", "job-master-0.ml.svc.cluster.local.", ZONE) == ["10.0.0.1"]
+    assert index.answer("10.0.0.2", "head-svc.ml.svc.cluster.local.", ZONE) == ["10.96.7.7"]
+    assert index.answer("10.0.0.9", "job-master-0.ml.svc.cluster.local.", ZONE) is None, "t1's Service is not t2's"
+    assert index.answer("10.0.0.2", "kubernetes.default.svc.cluster.local.", ZONE) is None, "not copied: relayed"
+    index.update_service(key(headless), None)
+    assert index.answer("10.0.0.2", "job-master-0.ml.svc.cluster.local.", ZONE) is None
+    assert index.services == 1
+
+
+def test_a_services_copy_selects_its_tenants_pods_of_its_namespace_on_the_same_ports() -> None:
+    svc = {"metadata": {"name": "head-svc", "namespace": "ml"},
+           "spec": {"type": "LoadBalancer", "clusterIP": "10.0.0.10", "selector": {"app": "ray"},
+                    "ports": [{"name": "gcs", "port": 6379, "targetPort": "gcs", "nodePort": 30001}]}}
+    copy = compute_service(svc, B)
+    assert copy["metadata"]["name"] == naming.compute_name("t1", "ml", "head-svc")
+    assert copy["metadata"]["namespace"] == "t1"
+    assert copy["spec"] == {"type": "ClusterIP", "publishNotReadyAddresses": False,
+                            "selector": {"app": "ray", naming.TENANT_LABEL: "t1", naming.UPSTREAM_NS_LABEL: "ml"},
+                            "ports": [{"name": "gcs", "port": 6379, "targetPort": "gcs"}]}
+    svc["spec"]["clusterIP"] = "None"
+    assert compute_service(svc, B)["spec"]["clusterIP"] == "None", "headless stays headless"
+    pod = compute_pod({"metadata": {"name": "head", "namespace": "ml", "uid": "u", "labels": {"app": "ray"}},
+                       "spec": {"containers": [{"name": "c", "image": "i"}]}}, B)
+    assert selects(copy["spec"]["selector"], pod["metadata"]["labels"]), "the copy selects the pod's copy"
+    assert not selects({}, {"app": "ray"}) and not selects({"app": "x"}, {"app": "ray"})
+
+
+def test_the_cached_service_keeps_only_what_the_index_reads() -> None:
+    svc = copied_service("t1", "ml", "job-master-0", {"role": "master"})
+    svc["metadata"]["annotations"]["kubeferry.io/content-digest"] = "x"
+    slim = slim_service(svc)
+    assert "ports" not in slim["spec"] and list(slim["metadata"]["annotations"]) == [naming.UPSTREAM_NAME_ANNOTATION]
+    index = PeerIndex()
+    index.update_service(key(slim), slim)
+    master = bridged("t1", "ml", "master-0", "10.0.0.1")
+    master["metadata"]["labels"]["role"] = "master"
+    index.update(key(master), master)
+    assert index.answer("10.0.0.1", "job-master-0.ml.svc.cluster.local", ZONE) == ["10.0.0.1"]
+
+
 def test_the_cached_pod_keeps_only_what_the_index_reads() -> None:
     pod = bridged("t1", "ml", "w-0", "10.0.0.1")
     pod["spec"]["containers"] = [{"name": "main", "image": "big"}]
     slim = slim_pod(pod)
-    assert "containers" not in slim["spec"] and "app" not in slim["metadata"]["labels"]
+    assert "containers" not in slim["spec"] and slim["metadata"]["labels"] == pod["metadata"]["labels"]
     index = PeerIndex()
     index.update(key(slim), slim)
     assert index.answer("10.0.0.1", "w-0.job.ml.svc.cluster.local", ZONE) == ["10.0.0.1"]

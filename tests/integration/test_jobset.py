@@ -1,0 +1,145 @@
+"""An unmodified JobSet controller (v0.11.0, built from its Go module; the base of Kubeflow Trainer v2) in a
+tenant cluster: a JobSet's Indexed Jobs run through the virtual node, their pods find each other by the
+names JobSet gives them (``<jobset>-<replicatedJob>-<job>-<index>.<jobset>``, answered by `ferry dns`),
+and the JobSet completes when its Jobs do.
+
+The controller's admission webhooks (its defaults are what the controller runs on) are served by the
+process itself and called by URL with a certificate the test issues: local planes have no cluster network
+(as envtest does). Its release's webhook configuration is reproduced below with that change."""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_asyncio import client
+
+from ferry import certs
+from ferry.binaries import Binaries
+from ferry.binaries.clients import JOBSET, ensure_operator
+from ferry.cluster.planes import ControlPlanes
+from ferry.cluster.process import Component
+from tests.helpers import compute_copies, eventually, free_port, install_crd, logged_process, resolve, wait_sync
+from vnode.dnsserver import PeerDNS
+from vnode.naming import UPSTREAM_NAME_ANNOTATION
+
+TENANT = "tenant-1"
+TOLERATION = {"key": "virtual-kubelet.io/provider", "operator": "Exists", "effect": "NoSchedule"}
+WEBHOOKS = ("jobset-ferry-test-mutating", "jobset-ferry-test-validating")
+
+
+def webhook_configurations(port: int, ca: bytes) -> list[dict[str, Any]]:
+    """The release's webhooks (config/components/webhook, with its patches), each called by URL."""
+    bundle = base64.b64encode(ca).decode()
+    jobsets = {"apiGroups": ["jobset.x-k8s.io"], "apiVersions": ["v1alpha2"], "resources": ["jobsets"]}
+    pods = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
+    of_jobsets = {"matchExpressions": [{"key": "jobset.sigs.k8s.io/jobset-name", "operator": "Exists"}]}
+
+    def hook(name: str, url_path: str, rule: dict[str, Any], selector: dict[str, Any] | None = None) -> Any:
+        out = {"name": name, "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Fail",
+               "clientConfig": {"url": f"https://127.0.0.1:{port}{url_path}", "caBundle": bundle}, "rules": [rule]}
+        if selector:
+            out["objectSelector"] = selector
+        return out
+
+    return [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+         "metadata": {"name": WEBHOOKS[0]},
+         "webhooks": [hook("mjobset.kb.io", "/mutate-jobset-x-k8s-io-v1alpha2-jobset",
+                           {**jobsets, "operations": ["CREATE"]}),
+                      hook("mpod.kb.io", "/mutate--v1-pod", pods, of_jobsets)]},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+         "metadata": {"name": WEBHOOKS[1]},
+         "webhooks": [hook("vjobset.kb.io", "/validate-jobset-x-k8s-io-v1alpha2-jobset",
+                           {**jobsets, "operations": ["CREATE", "UPDATE"]}),
+                      hook("vpod.kb.io", "/validate--v1-pod", pods, of_jobsets)]},
+    ]
+
+
+@pytest.fixture(scope="module")
+def jobset_controller(planes: ControlPlanes, binaries: Binaries, vnodes: dict[str, Component],
+                      tmp_path_factory: pytest.TempPathFactory) -> Iterator[subprocess.Popen[bytes]]:
+    """The controller watching every namespace of tenant-1, its webhooks registered while it runs."""
+    op = ensure_operator(JOBSET)
+    kubeconfig = planes.kubeconfig(TENANT)
+    kubectl = [str(binaries.path("kubectl")), f"--kubeconfig={kubeconfig}"]
+    install_crd(kubectl, op.crds / "jobset.x-k8s.io_jobsets.yaml", "jobsets.jobset.x-k8s.io")
+    work = tmp_path_factory.mktemp("jobset")
+    ca = certs.new_ca("jobset-webhook-ca")
+    serving = certs.issue(ca, "127.0.0.1", ips=("127.0.0.1",), server=True)
+    (work / "certs").mkdir()
+    (work / "certs" / "tls.crt").write_bytes(certs.cert_pem(serving.cert))
+    (work / "certs" / "tls.key").write_bytes(certs.key_pem(serving.key))
+    port = free_port()
+    config = work / "config.yaml"
+    config.write_text(yaml.safe_dump({
+        "apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
+        "internalCertManagement": {"enable": False}, "leaderElection": {"leaderElect": False},
+        "webhook": {"port": port, "host": "127.0.0.1", "certDir": str(work / "certs")},
+        "metrics": {"bindAddress": "0"}, "health": {"healthProbeBindAddress": "0"}}))
+    log_path = work / "controller.log"
+    with logged_process([str(op.binary), f"--config={config}"], {**os.environ, "KUBECONFIG": str(kubeconfig)},
+                        log_path) as proc:
+        wait_sync(lambda: b"Starting workers" in log_path.read_bytes() or proc.poll() is not None, 90,
+                  f"the JobSet controller to start (log: {log_path})")
+        assert proc.poll() is None, log_path.read_text()[-3000:]
+        manifests = yaml.safe_dump_all(webhook_configurations(port, certs.cert_pem(ca.cert)))
+        subprocess.run([*kubectl, "apply", "-f", "-"], input=manifests.encode(), check=True, capture_output=True)
+        try:
+            yield proc
+        finally:  # its pod webhooks would refuse JobSet pods once nobody serves them
+            subprocess.run([*kubectl, "delete", "mutatingwebhookconfiguration", WEBHOOKS[0], "--ignore-not-found"],
+                           check=False, capture_output=True)
+            subprocess.run([*kubectl, "delete", "validatingwebhookconfiguration", WEBHOOKS[1],
+                            "--ignore-not-found"], check=False, capture_output=True)
+
+
+def jobset(name: str, pods: int, duration: str) -> dict[str, Any]:
+    """A JobSet as its examples write one: one replicated Job of ``pods`` GPU pods (Indexed, as JobSet's
+    defaults make it), which end after ``duration``."""
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": name},
+            "spec": {"replicatedJobs": [{"name": "workers", "replicas": 1, "template": {"spec": {
+                "parallelism": pods, "completions": pods, "backoffLimit": 0,
+                "template": {"metadata": {"annotations": {"kubeferry.io/sim-duration": duration}},
+                             "spec": {"restartPolicy": "Never", "tolerations": [TOLERATION],
+                                      "automountServiceAccountToken": False,
+                                      "containers": [{"name": "main", "image": "trainer:1",
+                                                      "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}}]}}
+
+
+@pytest.mark.usefixtures("jobset_controller")
+async def test_a_jobsets_pods_find_each_other_by_its_names_and_it_completes(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str, peer_dns: PeerDNS) -> None:
+    jobs = client.CustomObjectsApi(tenant_api)
+    await jobs.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", tenant_ns, "jobsets",
+                                               jobset("ring", pods=2, duration="30s"))
+
+    async def running() -> dict[str, Any] | None:
+        pods = [p for p in await compute_copies(compute_api, tenant_ns)
+                if p.status.phase == "Running" and p.status.pod_ip]
+        return {p.spec.hostname: p for p in pods} if len(pods) == 2 else None
+
+    pods = await eventually(running, timeout=90, what="the JobSet's 2 pods Running in the compute cluster")
+    assert sorted(pods) == ["ring-workers-0-0", "ring-workers-0-1"], sorted(pods)
+    assert all(p.metadata.annotations[UPSTREAM_NAME_ANNOTATION].startswith("ring-workers-0-") for p in pods.values())
+    first, second = pods["ring-workers-0-0"], pods["ring-workers-0-1"]
+    # JobSet's own names for its pods: the short form a process uses, and the full one.
+    for name in ("ring-workers-0-1.ring", f"ring-workers-0-1.ring.{tenant_ns}.svc.cluster.local"):
+        await eventually(lambda n=name: _resolves(peer_dns, first, n, [second.status.pod_ip]), timeout=10,
+                         what=f"{name} from ring-workers-0-0")
+
+    async def completed() -> bool:
+        js = await jobs.get_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", tenant_ns, "jobsets", "ring")
+        return any(c["type"] == "Completed" and c["status"] == "True"
+                   for c in (js.get("status") or {}).get("conditions") or [])
+
+    await eventually(completed, timeout=120, what="the JobSet's condition Completed")
+
+
+async def _resolves(dns: PeerDNS, pod: Any, name: str, want: list[str]) -> bool:
+    return await resolve(dns, pod, name) == want
