@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 DEMO_DIR ?= .demo
 
 .PHONY: all venv binaries test test-unit test-integration test-faults soak overload lint typecheck demo demo-down down e2e e2e-kind \
-        bench bench-core bench-openb bench-philly bench-philly-heldout bench-philly-jitter bench-philly-groupings bench-synthetic bench-consolidation bench-scheduler bench-bridge bench-replay image clean
+        bench bench-core bench-openb bench-philly bench-philly-heldout bench-philly-jitter bench-philly-groupings bench-synthetic bench-consolidation bench-scheduler bench-bridge bench-dns bench-replay image clean
 
 all: test
 
@@ -112,6 +112,11 @@ bench-scheduler: binaries
 
 bench-bridge: binaries
 	$(BIN)/python -m vnode.bench
+
+# `ferry dns` beside CoreDNS (built from its Go module) in the same run: answers from its index, and what
+# relaying the rest costs (~1 min, plus CoreDNS's first build).
+bench-dns: $(STAMP)
+	$(BIN)/python -m vnode.dnsbench
 
 ## The trace replay of `make bench` alone: Philly jobs through Kube-Ferry and Volcano on real control planes.
 bench-replay: binaries

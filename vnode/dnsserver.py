@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -80,15 +81,17 @@ def reply_for(index: PeerIndex, zone: str, source_ip: str, query: DNSRecord) -> 
 
 
 class PeerDNS:
-    """Answers from the index, relays the rest to ``upstream`` (host, port)."""
+    """Answers from the index, relays the rest to ``upstream`` (host, port): over one UDP socket for queries
+    that came by UDP, over TCP for those that came by TCP (a reply too long for UDP comes whole)."""
 
     def __init__(self, index: PeerIndex, zone: str, upstream: tuple[str, int], timeout_s: float = 2.0) -> None:
         self.index = index
         self.zone = zone
         self.upstream = upstream
         self.timeout_s = timeout_s
+        self._udp = _Relay(upstream)
 
-    async def handle(self, data: bytes, source_ip: str) -> bytes | None:
+    async def handle(self, data: bytes, source_ip: str, tcp: bool = False) -> bytes | None:
         """The reply to one query message (None: nothing to send back)."""
         try:
             query = DNSRecord.parse(data)
@@ -102,7 +105,12 @@ class PeerDNS:
         if reply is not None:
             QUERIES.labels("answered").inc()
             return bytes(reply.pack())
-        relayed = await self._relay(data)
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                relayed = await (self._relay_tcp(data) if tcp else self._udp.ask(data))
+        except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
+            log.debug("relay failed", upstream=self.upstream, error=str(exc) or type(exc).__name__)
+            relayed = None
         if relayed is None:
             QUERIES.labels("failed").inc()
             fail = query.reply()
@@ -111,36 +119,65 @@ class PeerDNS:
         QUERIES.labels("relayed").inc()
         return relayed
 
-    async def _relay(self, data: bytes) -> bytes | None:
-        """The upstream's reply to ``data``, over UDP from a port of its own (so replies cannot cross)."""
-        loop = asyncio.get_running_loop()
-        got: asyncio.Future[bytes] = loop.create_future()
+    async def _relay_tcp(self, data: bytes) -> bytes:
+        reader, writer = await asyncio.open_connection(*self.upstream)
         try:
-            transport, _ = await loop.create_datagram_endpoint(lambda: _OneReply(got), remote_addr=self.upstream)
-        except OSError as exc:
-            log.warning("upstream unreachable", upstream=self.upstream, error=str(exc))
-            return None
-        try:
-            transport.sendto(data)
-            async with asyncio.timeout(self.timeout_s):
-                return await got
-        except (TimeoutError, OSError):
-            return None
+            writer.write(struct.pack("!H", len(data)) + data)
+            await writer.drain()
+            size = struct.unpack("!H", await reader.readexactly(2))[0]
+            return await reader.readexactly(size)
         finally:
-            transport.close()
+            writer.close()
 
 
-class _OneReply(asyncio.DatagramProtocol):
-    def __init__(self, got: asyncio.Future[bytes]) -> None:
-        self.got = got
+class _Relay(asyncio.DatagramProtocol):
+    """One UDP socket to the upstream for every relayed query, as a forwarder keeps one: each query leaves
+    with an ID of ours (random, unused) and its reply gets the asker's ID back. A new socket per query
+    would cost more than the answer."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self.upstream = upstream
+        self.waiting: dict[int, asyncio.Future[bytes]] = {}
+        self.transport: asyncio.DatagramTransport | None = None
+        self._opening: asyncio.Lock | None = None
+
+    async def ask(self, data: bytes) -> bytes:
+        transport = await self._transport()
+        loop = asyncio.get_running_loop()
+        qid = secrets.randbelow(65536)
+        while qid in self.waiting:
+            if len(self.waiting) >= 65536:
+                raise OSError("too many queries in flight to the upstream")
+            qid = secrets.randbelow(65536)
+        got: asyncio.Future[bytes] = loop.create_future()
+        self.waiting[qid] = got
+        try:
+            transport.sendto(qid.to_bytes(2, "big") + data[2:])
+            return data[:2] + (await got)[2:]
+        finally:
+            self.waiting.pop(qid, None)
+
+    async def _transport(self) -> asyncio.DatagramTransport:
+        if self.transport is not None and not self.transport.is_closing():
+            return self.transport
+        self._opening = self._opening or asyncio.Lock()
+        async with self._opening:
+            if self.transport is None or self.transport.is_closing():
+                loop = asyncio.get_running_loop()
+                self.transport, _ = await loop.create_datagram_endpoint(lambda: self, remote_addr=self.upstream)
+        return self.transport
 
     def datagram_received(self, data: bytes, addr: Any) -> None:
-        if not self.got.done():
-            self.got.set_result(data)
+        got = self.waiting.get(int.from_bytes(data[:2], "big")) if len(data) >= 12 else None
+        if got is not None and not got.done():
+            got.set_result(data)
 
     def error_received(self, exc: Exception) -> None:
-        if not self.got.done():
-            self.got.set_exception(exc)
+        """The upstream refused (ICMP port unreachable): every query waiting on it fails now, not at its
+        timeout."""
+        for got in self.waiting.values():
+            if not got.done():
+                got.set_exception(OSError(f"upstream {self.upstream[0]}:{self.upstream[1]}: {exc}"))
 
 
 class _UDP(asyncio.DatagramProtocol):
@@ -171,7 +208,7 @@ async def _serve_tcp(dns: PeerDNS, reader: asyncio.StreamReader, writer: asyncio
     try:
         while True:
             size = struct.unpack("!H", await reader.readexactly(2))[0]
-            reply = await dns.handle(await reader.readexactly(size), source)
+            reply = await dns.handle(await reader.readexactly(size), source, tcp=True)
             if reply is None:
                 break
             writer.write(struct.pack("!H", len(reply)) + reply)

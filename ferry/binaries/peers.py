@@ -1,4 +1,5 @@
-"""Build and cache the peers Kube-Ferry is measured against: Volcano's scheduler (``vc-scheduler``).
+"""Build and cache the peers Kube-Ferry is measured against: Volcano's scheduler (``vc-scheduler``), and CoreDNS
+beside `ferry dns`.
 
 kube-scheduler is already part of the control-plane set. Volcano v1.15.1 is built from its Go module
 as its own repository builds it (its go.mod and replaces), with one gap filled: its go.mod replaces
@@ -54,6 +55,21 @@ def ensure_volcano(progress: Progress = _print_progress) -> Volcano:
             raise BuildError(f"built vc-scheduler does not run: {(res.stderr or res.stdout).strip()[-300:]}")
 
     return Volcano(build_from_module("peers", "Volcano's scheduler", VOLCANO_MODULE, VOLCANO_VERSION, make, progress))
+
+
+COREDNS_MODULE, COREDNS_VERSION = "github.com/coredns/coredns", "v1.12.1"
+
+
+def ensure_coredns(progress: Progress = _print_progress) -> Path:
+    """CoreDNS, the DNS of most Kubernetes clusters (`ferry dns` relays to it), built from its Go module."""
+    def make(src: Path, out: Path, _: dict[str, object]) -> None:
+        _build_one("coredns", src, ".", out / "coredns", progress)
+        res = subprocess.run([str(out / "coredns"), "-version"], capture_output=True, text=True, timeout=60,
+                             check=False)
+        if res.returncode != 0:
+            raise BuildError(f"built coredns does not run: {(res.stderr or res.stdout).strip()[-300:]}")
+
+    return build_from_module("peers", "CoreDNS", COREDNS_MODULE, COREDNS_VERSION, make, progress) / "coredns"
 
 
 def build_from_module(folder: str, what: str, module: str, version: str,
