@@ -223,19 +223,21 @@ class Copies:
         """Delete owned copies that no owned compute pod references any more (only after caches synced)
         and that are older than ``min_age_s`` (copies are made before their pod)."""
         used: dict[str, set[str]] = {"configmaps": set(), "secrets": set(), "services": set()}
-        pods = list(self.caches.compute_pods.store.values())
-        for pod in pods:
+        labels_in: dict[str, list[dict[str, str]]] = {}  # upstream namespace -> its compute pods' labels
+        for pod in list(self.caches.compute_pods.store.values()):
             needs = needs_of(pod)
             used["configmaps"] |= needs.configmaps
             used["secrets"] |= needs.secrets
             if needs.subdomain:
                 used["services"].add(needs.subdomain)
+            labels = pod["metadata"].get("labels") or {}
+            labels_in.setdefault(labels.get(naming.UPSTREAM_NS_LABEL, ""), []).append(labels)
         for svc in list(self.caches.compute_services.store.values()):  # copies of Services that select pods
             meta, selector = svc["metadata"], (svc.get("spec") or {}).get("selector") or {}
-            upstream = f"{(meta.get('labels') or {}).get(naming.UPSTREAM_NS_LABEL)}/" \
-                       f"{(meta.get('annotations') or {}).get(naming.UPSTREAM_NAME_ANNOTATION)}"
+            ns = (meta.get("labels") or {}).get(naming.UPSTREAM_NS_LABEL, "")
+            upstream = f"{ns}/{(meta.get('annotations') or {}).get(naming.UPSTREAM_NAME_ANNOTATION)}"
             if (naming.SUBDOMAIN_LABEL not in selector and upstream in self.caches.tenant_services.store
-                    and any(selects(selector, (p["metadata"].get("labels"))) for p in pods)):
+                    and any(selects(selector, labels) for labels in labels_in.get(ns, ()))):
                 used["services"].add(meta["name"])
         deleted = 0
         now = time.time()

@@ -35,6 +35,7 @@ from vnode.peernames import PeerIndex
 Obj = dict[str, Any]
 log = structlog.get_logger("ferry.dns")
 TTL = 5  # seconds: a peer that restarts elsewhere is found again soon
+ANSWERS_CACHED = 50_000  # packed answers kept at most (the cache starts again when full)
 ADDRESS_TYPES = {QTYPE.A: (A, 4), QTYPE.AAAA: (AAAA, 6)}
 
 REGISTRY = CollectorRegistry()
@@ -64,7 +65,7 @@ def slim_service(svc: Obj) -> Obj:
 
 
 def reply_for(index: PeerIndex, zone: str, source_ip: str, query: DNSRecord) -> DNSRecord | None:
-    """The answer to ``query`` when it asks for one of the asking tenant's peers; None to relay it."""
+    """The answer to ``query`` when it names one of the asking tenant's pods or Services; None to relay it."""
     q = query.q
     if q.qclass != 1 or q.qtype not in (QTYPE.A, QTYPE.AAAA, QTYPE.ANY):
         return None
@@ -90,9 +91,28 @@ class PeerDNS:
         self.upstream = upstream
         self.timeout_s = timeout_s
         self._udp = _Relay(upstream)
+        # Answers already packed, by tenant and query (without its ID), while the index has not changed: a
+        # job's pods ask the same few names, and parsing and packing is most of an answer's cost.
+        self._answers: dict[tuple[str, bytes], bytes] = {}
+        self._answers_of = -1  # the index version they were made from
+
+    def _cached(self, data: bytes, source_ip: str) -> tuple[tuple[str, bytes] | None, bytes | None]:
+        """The cache key of this query (None: not cacheable) and the answer cached for it."""
+        tenant = self.index.tenant_of(source_ip)
+        if tenant is None or len(data) <= 12:
+            return None, None
+        if self._answers_of != self.index.version:
+            self._answers.clear()
+            self._answers_of = self.index.version
+        key = (tenant, bytes(data[2:]))
+        return key, self._answers.get(key)
 
     async def handle(self, data: bytes, source_ip: str, tcp: bool = False) -> bytes | None:
         """The reply to one query message (None: nothing to send back)."""
+        key, hit = self._cached(data, source_ip)
+        if hit is not None:
+            QUERIES.labels("answered").inc()
+            return bytes(data[:2]) + hit
         try:
             query = DNSRecord.parse(data)
         except (DNSError, IndexError, ValueError, struct.error):
@@ -104,7 +124,12 @@ class PeerDNS:
         reply = reply_for(self.index, self.zone, source_ip, query)
         if reply is not None:
             QUERIES.labels("answered").inc()
-            return bytes(reply.pack())
+            packed = bytes(reply.pack())
+            if key is not None:
+                if len(self._answers) >= ANSWERS_CACHED:
+                    self._answers.clear()
+                self._answers[key] = packed[2:]
+            return packed
         try:
             async with asyncio.timeout(self.timeout_s):
                 relayed = await (self._relay_tcp(data) if tcp else self._udp.ask(data))
@@ -118,6 +143,10 @@ class PeerDNS:
             return bytes(fail.pack())
         QUERIES.labels("relayed").inc()
         return relayed
+
+    def close(self) -> None:
+        if self._udp.transport is not None:
+            self._udp.transport.close()
 
     async def _relay_tcp(self, data: bytes) -> bytes:
         reader, writer = await asyncio.open_connection(*self.upstream)
@@ -271,6 +300,7 @@ async def main(compute_kubeconfig: Path | None, host: str, port: int, upstream: 
     runners = [await serve_http(make_app(lambda: all(i.synced.is_set() for i in watched), REGISTRY),
                                 metrics_address, metrics_port)]
     listeners: list[asyncio.BaseTransport | asyncio.Server] = []
+    dns = PeerDNS(index, zone, upstream)
 
     async def work() -> None:
         async with asyncio.TaskGroup() as tg:
@@ -278,13 +308,14 @@ async def main(compute_kubeconfig: Path | None, host: str, port: int, upstream: 
                 tg.create_task(informer.run())
             for informer in watched:
                 await informer.synced.wait()
-            listeners.extend(await serve(PeerDNS(index, zone, upstream), host, port, tg))
+            listeners.extend(await serve(dns, host, port, tg))
             log.info("serving", address=f"{host}:{port}", upstream=f"{upstream[0]}:{upstream[1]}", zone=zone,
                      bridged_pods=len(index), services=index.services)
 
     async def cleanup() -> None:
         for listener in listeners:
             listener.close()
+        dns.close()
         for r in runners:
             with contextlib.suppress(Exception):
                 await r.cleanup()

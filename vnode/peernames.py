@@ -112,6 +112,7 @@ class PeerIndex:
         self._in_ns: dict[tuple[str, str], dict[str, str]] = {}  # (tenant, compute namespace) -> {pod key: IP}
         self._services: dict[str, _Service] = {}  # compute Service key -> what it answers
         self._by_name: dict[tuple[str, str, str], dict[str, _Service]] = {}  # tenant name -> {Service key: it}
+        self.version = 0  # moves at every change of what the index answers (answers cached before are stale)
 
     def __len__(self) -> int:
         return len(self._pods)
@@ -126,6 +127,7 @@ class PeerIndex:
         old = self._pods.get(key)
         if old == new:
             return
+        self.version += 1
         if old is not None:
             del self._pods[key]
             _drop(self._tenants_at, old.ip, key)
@@ -145,6 +147,7 @@ class PeerIndex:
         old = self._services.get(key)
         if old == new:
             return
+        self.version += 1
         if old is not None:
             del self._services[key]
             _drop(self._by_name, old.name, key)

@@ -236,12 +236,14 @@ async def server() -> AsyncIterator[tuple[int, int]]:
                 bridged("t1", "ml", "v6", "fd00::7")):
         index.update(key(pod), pod)
     async with asyncio.TaskGroup() as tg:
-        udp, tcp = await serve(PeerDNS(index, ZONE, ("127.0.0.1", up_port), timeout_s=0.5), "127.0.0.1", 0, tg)
+        dns = PeerDNS(index, ZONE, ("127.0.0.1", up_port), timeout_s=0.5)
+        udp, tcp = await serve(dns, "127.0.0.1", 0, tg)
         try:
             yield udp.get_extra_info("sockname")[1], up_port
         finally:
             udp.close()
             tcp.close()
+            dns.close()
             up.close()
             up_tcp.close()
 
@@ -345,3 +347,27 @@ def test_the_benchmarks_index_answers_what_coredns_is_given() -> None:
     for i in (0, 255, 256, 299):
         assert index.answer(CLIENT_IP, f"w-{i}.ring.ml.svc.cluster.local.", ZONE) == [ip_of(i)]
     assert len({ip_of(i) for i in range(70_000)}) == 70_000 and CLIENT_IP not in {ip_of(i) for i in range(300)}
+
+
+async def test_a_cached_answer_keeps_the_askers_id_and_never_outlives_a_change() -> None:
+    index = PeerIndex()
+    w0, w1 = bridged("t1", "ml", "w-0", "10.0.0.1"), bridged("t1", "ml", "w-1", "10.0.0.2")
+    t2 = bridged("t2", "ml", "w-1", "10.0.0.9")
+    for pod in (w0, w1, t2):
+        index.update(key(pod), pod)
+    dns = PeerDNS(index, ZONE, ("127.0.0.1", 9))
+
+    async def ask(source: str, qid: int) -> DNSRecord:
+        query = DNSRecord.question("w-1.job.ml.svc.cluster.local")
+        query.header.id = qid
+        reply = await dns.handle(query.pack(), source)
+        assert reply is not None
+        return DNSRecord.parse(reply)
+
+    first, again = await ask("10.0.0.1", 1), await ask("10.0.0.1", 2)
+    assert [str(r.rdata) for r in again.rr] == [str(r.rdata) for r in first.rr] == ["10.0.0.2"]
+    assert (first.header.id, again.header.id) == (1, 2)
+    assert [str(r.rdata) for r in (await ask("10.0.0.9", 3)).rr] == ["10.0.0.9"], "another tenant's own answer"
+    moved = bridged("t1", "ml", "w-1", "10.0.0.3")
+    index.update(key(moved), moved)
+    assert [str(r.rdata) for r in (await ask("10.0.0.1", 4)).rr] == ["10.0.0.3"], "not the answer cached before"
