@@ -25,6 +25,7 @@ from vnode.translate import (
     needs_of,
     selects,
     spec_digest,
+    subdomain_service,
     token_secret_name,
 )
 
@@ -112,17 +113,7 @@ class Copies:
         if f"{self.b.namespace}/{name}" in self.caches.compute_services.store:
             return
         upstream = await self.tenant.get_or_none(path("", "v1", "services", ns, subdomain))
-        ports = [{k: v for k, v in p.items() if k in ("name", "port", "protocol", "targetPort")}
-                 for p in ((upstream or {}).get("spec", {}).get("ports") or [])]
-        body: Obj = {
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": name, "namespace": self.b.namespace,
-                         "labels": {**naming.owner_labels(self.b.tenant, self.b.node, ns),
-                                    naming.KIND_LABEL: "Service"},
-                         "annotations": {naming.UPSTREAM_NAME_ANNOTATION: subdomain}},
-            "spec": {"clusterIP": "None", "selector": {naming.SUBDOMAIN_LABEL: name},
-                     "publishNotReadyAddresses": True, "ports": ports},
-        }
+        body = subdomain_service(ns, subdomain, upstream, self.b)
         try:
             created = await self.compute.create(path("", "v1", "services", self.b.namespace), body)
             self.caches.compute_services.remember(created)

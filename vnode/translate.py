@@ -302,18 +302,17 @@ def _rewrite_env(c: Obj, ns: str, name: str, cms: dict[str, str], secs: dict[str
             sec["name"] = secs[sec["name"]]
 
 
+def _copy_metadata(b: Bridge, ns: str, name: str, kind: str) -> Obj:
+    """The compute copy of tenant object ``ns/name``: its name, and the labels and annotation that own it."""
+    return {"name": naming.compute_name(b.tenant, ns, name), "namespace": b.namespace,
+            "labels": {**naming.owner_labels(b.tenant, b.node, ns), naming.KIND_LABEL: kind},
+            "annotations": {naming.UPSTREAM_NAME_ANNOTATION: name}}
+
+
 def copy_of(obj: Obj, b: Bridge, kind: str) -> Obj:
     """A compute-side copy of a tenant ConfigMap or Secret, owned by labels."""
     meta = obj["metadata"]
-    out: Obj = {
-        "apiVersion": "v1", "kind": kind,
-        "metadata": {
-            "name": naming.compute_name(b.tenant, meta["namespace"], meta["name"]),
-            "namespace": b.namespace,
-            "labels": {**naming.owner_labels(b.tenant, b.node, meta["namespace"]), naming.KIND_LABEL: kind},
-            "annotations": {naming.UPSTREAM_NAME_ANNOTATION: meta["name"]},
-        },
-    }
+    out: Obj = {"apiVersion": "v1", "kind": kind, "metadata": _copy_metadata(b, meta["namespace"], meta["name"], kind)}
     for key in ("data", "binaryData", "stringData", "type", "immutable"):
         if key in obj:
             out[key] = obj[key]
@@ -341,11 +340,19 @@ def compute_service(svc: Obj, b: Bridge) -> Obj:
                 "publishNotReadyAddresses": bool(spec.get("publishNotReadyAddresses"))}
     if spec.get("clusterIP") == "None":
         out["clusterIP"] = "None"
-    return {"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": naming.compute_name(b.tenant, ns, meta["name"]), "namespace": b.namespace,
-                         "labels": {**naming.owner_labels(b.tenant, b.node, ns), naming.KIND_LABEL: "Service"},
-                         "annotations": {naming.UPSTREAM_NAME_ANNOTATION: meta["name"]}},
+    return {"apiVersion": "v1", "kind": "Service", "metadata": _copy_metadata(b, ns, meta["name"], "Service"),
             "spec": out}
+
+
+def subdomain_service(ns: str, subdomain: str, upstream: Obj | None, b: Bridge) -> Obj:
+    """The headless Service behind a subdomain of pods in ``ns``: it chooses the compute pods of that
+    subdomain (their hostname records need it), on the ports of the tenant's Service of that name, if any."""
+    meta = _copy_metadata(b, ns, subdomain, "Service")
+    ports = [{k: v for k, v in p.items() if k in ("name", "port", "protocol", "targetPort")}
+             for p in ((upstream or {}).get("spec", {}).get("ports") or [])]
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta,
+            "spec": {"clusterIP": "None", "selector": {naming.SUBDOMAIN_LABEL: meta["name"]},
+                     "publishNotReadyAddresses": True, "ports": ports}}
 
 
 def spec_digest(obj: Obj) -> str:
