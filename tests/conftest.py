@@ -84,6 +84,12 @@ async def tenant_api(planes: ControlPlanes) -> AsyncIterator[client.ApiClient]:
 
 
 @pytest.fixture
+async def tenant2_api(planes: ControlPlanes) -> AsyncIterator[client.ApiClient]:
+    async with api_client(planes.kubeconfig("tenant-2")) as api:
+        yield api
+
+
+@pytest.fixture
 async def peer_dns(compute_api: client.ApiClient) -> AsyncIterator[PeerDNS]:
     """`ferry dns`'s answers (vnode/dnsserver.py), its index fed by a real informer over the compute cluster's
     bridged pods; what it would relay goes to an upstream that never answers (SERVFAIL)."""
@@ -109,6 +115,12 @@ async def compute_ns(compute_api: client.ApiClient) -> AsyncIterator[str]:
 @pytest.fixture
 async def tenant_ns(tenant_api: client.ApiClient) -> AsyncIterator[str]:
     async for ns in fresh_namespace(tenant_api):
+        yield ns
+
+
+@pytest.fixture
+async def tenant2_ns(tenant2_api: client.ApiClient) -> AsyncIterator[str]:
+    async for ns in fresh_namespace(tenant2_api):
         yield ns
 
 

@@ -226,6 +226,7 @@ class Vnode:
                 continue
             last_sweep = loop.time()
             try:
+                await self.binder.make_volcano_queue()
                 await self.pods.copies.sweep(self.cfg.gc_min_age_s)
                 for group in self.pods.gangs.stale_groups(self.cfg.gc_min_age_s):
                     await self.compute.delete(f"/apis/scheduling.kubeferry.io/v1alpha1/namespaces/"

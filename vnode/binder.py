@@ -1,5 +1,7 @@
 """The vnode as its tenant cluster's gang scheduler: bind gang pods and pods addressed to a served
-scheduler name to the virtual node, admit their PodGroups, lift Kueue's gates where no Kueue runs.
+scheduler name to the virtual node, admit their PodGroups, lift Kueue's gates where no Kueue runs, and
+make Volcano's ``default`` Queue, which Volcano's own scheduler makes at its start (its job webhook refuses
+every vcjob while that Queue is missing).
 
 Binding is per pod and immediate: the all-or-nothing decision is taken in the compute cluster,
 where the gang waits (with a reason) until every member can start.
@@ -21,6 +23,10 @@ from vnode.translate import KUEUE_GATES, gang_of
 
 Obj = dict[str, Any]
 log = structlog.get_logger("ferry.vnode.binder")
+VOLCANO_QUEUES = path("scheduling.volcano.sh", "v1beta1", "queues")
+# as Volcano's scheduler makes it (pkg/scheduler/cache: newDefaultQueue); its queue controller opens it
+VOLCANO_DEFAULT_QUEUE: Obj = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+                              "metadata": {"name": "default"}, "spec": {"reclaimable": True, "weight": 1}}
 
 
 class Binder:
@@ -34,6 +40,27 @@ class Binder:
         self.kueue_present = kueue_present
         self.queue = WorkQueue("bind", max_delay=5.0)
         self.on_bound: Callable[[str, Obj], None] | None = None  # a pod this vnode just bound
+        self.volcano_queue_made = "volcano" not in self.served  # nothing to make unless it plays Volcano's
+        self._queue_refused = False
+
+    async def make_volcano_queue(self) -> None:
+        """Make Volcano's ``default`` Queue once the tenant serves Queues (Volcano may be installed after the
+        vnode started); afterwards leave it to the tenant admin, as Volcano's scheduler does."""
+        if self.volcano_queue_made:
+            return
+        try:
+            await self.tenant.create(VOLCANO_QUEUES, VOLCANO_DEFAULT_QUEUE)
+            log.info("made Volcano's default Queue, as Volcano's scheduler does")
+        except Exception as exc:
+            if status_of(exc) == 404:  # Volcano's Queue CRD not installed (yet)
+                return
+            if status_of(exc) != 409:
+                if not self._queue_refused:  # said once, tried again at every sweep
+                    log.warning("cannot make Volcano's default Queue; vcjobs are refused until it exists",
+                                error=str(exc)[:200])
+                self._queue_refused = True
+                return
+        self.volcano_queue_made = True
 
     def wants(self, pod: Obj) -> bool:
         spec, meta = pod.get("spec", {}), pod["metadata"]

@@ -26,6 +26,7 @@ from vnode.volumes import ClaimNotReady, UnservableClaim, Volumes
 
 Obj = dict[str, Any]
 log = structlog.get_logger("ferry.vnode.pods")
+PREEMPTED = "the Kube-Ferry scheduler preempted this pod's job in the compute cluster"
 SETTLE_S = 3.0  # how long a fresh compute pod may wait for the scheduler before Pending is written upstream
 SETTLE_BOUND_S = 10.0  # ... and, once bound to a node, for its containers to start
 STRATEGIC = "application/strategic-merge-patch+json"
@@ -139,8 +140,7 @@ class PodReconciler:
             await self._release(tp, cp)
             return
         if cp["metadata"].get("deletionTimestamp") and status.is_true(cp.get("status", {}), status.DISRUPTION):
-            await self._fail(tp, "Preempted", "the Kube-Ferry scheduler preempted this pod's job in the compute "
-                             "cluster", disruption=True)
+            await self._preempted(tp)
             return
         refresh = await self.copies.ensure(tp)
         if refresh is not None:
@@ -248,12 +248,36 @@ class PodReconciler:
             self.queue.add(key)
             return
         if status.was_preempted(tp, self.last_compute.get(key)):
-            await self._fail(tp, "Preempted", "the Kube-Ferry scheduler preempted this pod's job in the compute "
-                             "cluster", disruption=True)
+            await self._preempted(tp)
         else:
             await self._fail(tp, "ComputePodLost", "the pod's copy in the compute cluster was deleted")
         self.last_compute.pop(key, None)
         self.created_at.pop(key, None)
+
+    async def _preempted(self, tp: Obj) -> None:
+        """The pod's job was preempted. A pod that a controller owns goes as kube-scheduler's victims go:
+        ``DisruptionTarget`` first, then a graceful deletion, and its final ``Failed`` status only while it
+        is terminating (``_deleting``), so that no controller mistakes it for a pod that failed on its own.
+        Volcano's job controller, for one, fails the whole job when it sees every pod ``Failed`` before
+        it sees them deleted, and never applies its ``PodEvicted`` policy. A pod of nobody's is failed at
+        once and stays, for its user to resubmit."""
+        if _controller(tp) is None:
+            await self._fail(tp, "Preempted", PREEMPTED, disruption=True)
+            return
+        meta = tp["metadata"]
+        if not status.is_true(tp.get("status", {}), status.DISRUPTION):
+            body = {"metadata": {"uid": meta["uid"]}, "status": status.disrupted(tp, PREEMPTED)}
+            updated = await self.tenant.patch(path("", "v1", "pods", meta["namespace"], meta["name"], "status"),
+                                              body)
+            self.caches.tenant_pods.remember(updated, replaces=tp)
+            metrics.STATUS_UPDATES.inc()
+            self.status_writes += 1
+        try:  # the pod's own grace: the vnode finishes it as soon as its compute copy is gone
+            await self.tenant.delete(path("", "v1", "pods", meta["namespace"], meta["name"]),
+                                     {"preconditions": {"uid": meta["uid"]}})
+        except Exception as exc:
+            if status_of(exc) not in (404, 409):
+                raise
 
     async def _refuse(self, tp: Obj, why: str) -> None:
         """A pod that cannot run here, told where its user looks (an Event and its status)."""
@@ -298,6 +322,14 @@ class PodReconciler:
                 grace = meta.get("deletionGracePeriodSeconds")
                 await self._delete_compute(cp, "tenant-deleted", grace)
             return
+        if meta.get("deletionGracePeriodSeconds") == 0:
+            return  # finished already; others' finalizers (a Job's tracking) keep it a moment
+        owner = _controller(tp)
+        if owner is not None and status.is_true(tp.get("status", {}), status.DISRUPTION):
+            if not status.terminal(tp):  # the final status a kubelet writes for a preempted pod
+                await self._fail(tp, "Preempted", PREEMPTED, disruption=True)
+            await self._hand_back(tp, owner)
+            return
         await self._delete_tenant(tp)
 
     async def _delete_tenant(self, tp: Obj) -> bool:
@@ -318,6 +350,8 @@ class PodReconciler:
         kube-scheduler and Volcano delete the pods they preempt: its controller makes the next run. Left
         ``Failed``, some wait for nothing (MPI Operator v2 replaces only missing workers, so the new launcher
         its Job makes waits for a gang that never forms). A pod without a controller keeps the record.
+        Reached from ``_deleting`` (the deletion ``_preempted`` began), or for a pod failed ``Preempted``
+        before that order (by an earlier vnode).
         ``owner``: the controller's reference, whose object gets an Event, since that is where its user looks
         once the pod is gone (``kubectl describe job``)."""
         if not await self._delete_tenant(tp):

@@ -88,8 +88,7 @@ def failed(tenant: Obj, reason: str, message: str, disruption: bool = False) -> 
     conds += [{"type": "Ready", "status": "False", "reason": "PodFailed", "lastTransitionTime": stamp},
               {"type": "ContainersReady", "status": "False", "reason": "PodFailed", "lastTransitionTime": stamp}]
     if disruption:
-        conds.append({"type": DISRUPTION, "status": "True", "reason": "PreemptionByScheduler",
-                      "message": message, "lastTransitionTime": stamp})
+        conds.append(_disruption(message, stamp))
     statuses = []
     for cs in old.get("containerStatuses") or []:
         state = cs.get("state") or {}
@@ -103,6 +102,19 @@ def failed(tenant: Obj, reason: str, message: str, disruption: bool = False) -> 
     if statuses:
         out["containerStatuses"] = statuses
     return out
+
+
+def disrupted(tenant: Obj, message: str) -> Obj:
+    """The ``DisruptionTarget`` condition kube-scheduler adds to a victim before it deletes it (the phase
+    stays; the final ``Failed`` comes once the pod has terminated)."""
+    conds = [c for c in tenant.get("status", {}).get("conditions") or [] if c.get("type") != DISRUPTION]
+    conds.append(_disruption(message, now()))
+    return {"conditions": conds}
+
+
+def _disruption(message: str, stamp: str) -> Obj:
+    return {"type": DISRUPTION, "status": "True", "reason": "PreemptionByScheduler", "message": message,
+            "lastTransitionTime": stamp}
 
 
 def was_preempted(tenant: Obj, last_compute: Obj | None) -> bool:

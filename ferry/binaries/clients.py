@@ -1,6 +1,7 @@
 """Build and cache the unmodified tenant-side clients Kube-Ferry is checked with: Kubeflow's Training
-Operator and MPI Operator, KubeRay's operator and the JobSet controller, each from its Go module as its own
-repository builds it, with the CRDs its release installs.
+Operator and MPI Operator, KubeRay's operator, the JobSet controller and Volcano's job controller (with its
+admission webhooks), each from its Go module as its own repository builds it, with the CRDs its release
+installs.
 
 Nothing of it is kept in this repository; the build is cached next to the control-plane binaries.
 """
@@ -27,6 +28,7 @@ class OperatorSource:
     package: str  # its main package, relative to the module
     crds: str  # the folder of the CRDs its release installs
     flag: str  # a flag its --help names: the build runs and is the one expected
+    also: tuple[tuple[str, str], ...] = ()  # further binaries its release runs beside it: (name, main package)
 
 
 TRAINING_OPERATOR = OperatorSource("Kubeflow Training Operator", "github.com/kubeflow/training-operator", "v1.8.1",
@@ -38,6 +40,12 @@ KUBERAY = OperatorSource("KubeRay operator", "github.com/ray-project/kuberay/ray
                          "ray-operator", ".", "config/crd/bases", "batch-scheduler")
 JOBSET = OperatorSource("JobSet controller", "sigs.k8s.io/jobset", "v0.11.0", "jobset", ".",
                         "config/components/crd/bases", "kube-api-qps")
+# Volcano's job controller and webhooks from v1.10.0, the newest release served here that builds from its module
+# alone (from v1.14 on, volcano.sh/apis is replaced by a folder no module zip holds, which is why the Volcano
+# scheduler peer of the benchmarks needs a git mirror). The tenant's vcjob API is the same batch/v1alpha1.
+VOLCANO_JOBS = OperatorSource("Volcano job controller", "volcano.sh/volcano", "v1.10.0", "vc-controller-manager",
+                              "./cmd/controller-manager", "config/crd/volcano/bases", "worker-threads",
+                              also=(("vc-webhook-manager", "./cmd/webhook-manager"),))
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,10 @@ class Operator:
     def binary(self) -> Path:
         return self.root / self.name
 
+    def path(self, name: str) -> Path:
+        """One of the further binaries its source names (``OperatorSource.also``)."""
+        return self.root / name
+
     @property
     def crds(self) -> Path:
         return self.root / "crds"
@@ -57,7 +69,8 @@ class Operator:
 def ensure_operator(source: OperatorSource, progress: Progress = _print_progress) -> Operator:
     """The operator's binary and CRDs, built once per Go version."""
     def make(src: Path, out: Path, _: dict[str, object]) -> None:
-        _build_one(source.name, src, source.package, out / source.name, progress)
+        for name, package in ((source.name, source.package), *source.also):
+            _build_one(name, src, package, out / name, progress)
         shutil.copytree(src / source.crds, out / "crds")
         res = subprocess.run([str(out / source.name), "--help"], capture_output=True, text=True, timeout=60,
                              check=False)

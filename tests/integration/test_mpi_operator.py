@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,10 +23,8 @@ from ferry.binaries.clients import MPI_OPERATOR, ensure_operator
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
 from tests.helpers import (
-    api_client,
     compute_copies,
     eventually,
-    fresh_namespace,
     guarantee_claiming,
     install_crd,
     logged_process,
@@ -61,18 +59,6 @@ def mpi_operator(planes: ControlPlanes, binaries: Binaries, vnodes: dict[str, Co
                   f"the MPIJob controller to start (log: {log_path})")
         assert proc.poll() is None, log_path.read_text()[-2000:]
         yield proc
-
-
-@pytest.fixture
-async def tenant2_api(planes: ControlPlanes) -> AsyncIterator[client.ApiClient]:
-    async with api_client(planes.kubeconfig(TENANT)) as api:
-        yield api
-
-
-@pytest.fixture
-async def tenant2_ns(tenant2_api: client.ApiClient) -> AsyncIterator[str]:
-    async for ns in fresh_namespace(tenant2_api):
-        yield ns
 
 
 def mpijob(name: str, workers: int, gpus: int = 1, launcher_runs: str = "10s",

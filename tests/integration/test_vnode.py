@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import uuid
-from collections.abc import AsyncIterator
 from functools import partial
 from typing import Any
 
@@ -337,12 +336,6 @@ async def test_kubectl_logs_through_the_tenant_cluster(planes: ControlPlanes, te
     finally:
         proc.kill()
         await proc.wait()
-
-
-@pytest.fixture
-async def tenant2_api(planes: ControlPlanes) -> AsyncIterator[client.ApiClient]:
-    async with api_client(planes.kubeconfig("tenant-2")) as api:
-        yield api
 
 
 async def test_virtual_node_registers_with_capacity_and_heartbeat(tenant_api: client.ApiClient,

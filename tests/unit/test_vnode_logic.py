@@ -165,6 +165,15 @@ def test_a_failed_status_names_the_reason_and_marks_preemption() -> None:
     assert status.was_preempted({"status": {"conditions": [{"type": status.WILL_EVICT, "status": "True"}]}}, None)
     assert not status.was_preempted({"status": {}}, {"status": {}})
 
+def test_a_victim_is_marked_as_kube_scheduler_marks_one_before_its_deletion() -> None:
+    """Only the condition changes: a controller that saw the pod ``Failed`` now would count a failure."""
+    tenant = {"status": {"phase": "Running", "conditions": [
+        {"type": "Ready", "status": "True"}, {"type": status.DISRUPTION, "status": "False"}]}}
+    out = status.disrupted(tenant, "preempted")
+    assert set(out) == {"conditions"}  # no phase, no container states
+    assert status.is_true(out, status.DISRUPTION) and status.is_true(out, "Ready")
+    assert [c["type"] for c in out["conditions"]].count(status.DISRUPTION) == 1
+
 
 def test_capacity_is_capped_by_the_queue_and_never_negative() -> None:
     ready = [{"type": "Ready", "status": "True"}]

@@ -1,0 +1,226 @@
+"""Unmodified Volcano job controller and admission webhooks (v1.10.0, built from its Go module) in a tenant
+cluster whose Volcano scheduler is the virtual node, as a tenant admin installs Volcano beside Kube-Ferry
+(its controllers and webhooks, not its scheduler). The test creates no Volcano Queue: the vnode makes the
+``default`` Queue that Volcano's scheduler would have made, or the webhooks refuse every vcjob.
+
+- A vcjob of a master and two GPU workers, with Volcano's ``ssh``, ``svc`` and ``env`` plugins, runs as one
+  gang through the virtual node. Its workers resolve by the names of the ``svc`` plugin's hostfile (through
+  ``ferry dns``). The job completes when its master does (``CompleteJob``), and the workers it then kills
+  leave the compute cluster.
+- Preempted whole for another queue's guarantee, a vcjob restarts whole (``PodEvicted: RestartJob``): its
+  new pods wait as one gang while the node is taken, and run once it is free.
+
+The webhooks are served by the process and called by URL with a certificate the test issues (local planes
+have no cluster network); the release's webhook configurations are reproduced below with that change."""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_asyncio import client
+
+from ferry import certs
+from ferry.binaries import Binaries
+from ferry.binaries.clients import VOLCANO_JOBS, ensure_operator
+from ferry.cluster.planes import ControlPlanes
+from ferry.cluster.process import Component
+from tests.helpers import (
+    compute_copies,
+    eventually,
+    free_port,
+    guarantee_claiming,
+    install_crd,
+    logged_process,
+    replacements,
+    reserved_node,
+    resolve,
+    running_pods,
+    wait_sync,
+)
+from vnode.dnsserver import PeerDNS
+from vnode.naming import UPSTREAM_NAME_ANNOTATION
+
+TENANT = "tenant-2"
+BATCH = ("batch.volcano.sh", "v1alpha1")
+ADMISSIONS = ("/jobs/mutate", "/jobs/validate")
+
+
+def webhook_configurations(port: int, ca: bytes) -> list[dict[str, Any]]:
+    """The release's vcjob webhooks (installer/helm/chart/volcano/templates/webhooks.yaml), each called by
+    URL. Named as the chart names them: the webhook manager looks them up by these names to add its CA."""
+    bundle = base64.b64encode(ca).decode()
+    rule = {"apiGroups": [BATCH[0]], "apiVersions": [BATCH[1]], "resources": ["jobs"], "scope": "*"}
+
+    def config(kind: str, name: str, url_path: str, operations: list[str]) -> dict[str, Any]:
+        return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+                "metadata": {"name": "volcano-admission-service" + url_path.replace("/", "-")},
+                "webhooks": [{"name": name, "admissionReviewVersions": ["v1"], "failurePolicy": "Fail",
+                              "matchPolicy": "Equivalent", "sideEffects": "NoneOnDryRun", "timeoutSeconds": 10,
+                              "clientConfig": {"url": f"https://127.0.0.1:{port}{url_path}", "caBundle": bundle},
+                              "rules": [{**rule, "operations": operations}]}]}
+
+    return [config("MutatingWebhookConfiguration", "mutatejob.volcano.sh", "/jobs/mutate", ["CREATE"]),
+            config("ValidatingWebhookConfiguration", "validatejob.volcano.sh", "/jobs/validate",
+                   ["CREATE", "UPDATE"])]
+
+
+@pytest.fixture(scope="module")
+def volcano_jobs(planes: ControlPlanes, binaries: Binaries, vnodes: dict[str, Component],
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[subprocess.Popen[bytes]]:
+    """Volcano's job and queue controllers watching tenant-2, its vcjob webhooks registered while they run.
+    The PodGroup CRD stays the one the tenant planes install (Volcano's fields, unknown ones kept)."""
+    op = ensure_operator(VOLCANO_JOBS)
+    kubeconfig = planes.kubeconfig(TENANT)
+    kubectl = [str(binaries.path("kubectl")), f"--kubeconfig={kubeconfig}"]
+    for crd, name in (("batch.volcano.sh_jobs.yaml", "jobs.batch.volcano.sh"),
+                      ("bus.volcano.sh_commands.yaml", "commands.bus.volcano.sh"),
+                      ("scheduling.volcano.sh_queues.yaml", "queues.scheduling.volcano.sh")):
+        install_crd(kubectl, op.crds / crd, name)
+    work = tmp_path_factory.mktemp("volcano")
+    ca = certs.new_ca("volcano-webhook-ca")
+    serving = certs.issue(ca, "127.0.0.1", ips=("127.0.0.1",), server=True)
+    for file, pem in (("ca.crt", certs.cert_pem(ca.cert)), ("tls.crt", certs.cert_pem(serving.cert)),
+                      ("tls.key", certs.key_pem(serving.key))):
+        (work / file).write_bytes(pem)
+    port = free_port()
+    manifests = yaml.safe_dump_all(webhook_configurations(port, certs.cert_pem(ca.cert)))
+    subprocess.run([*kubectl, "apply", "-f", "-"], input=manifests.encode(), check=True, capture_output=True)
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    hooks_log, controllers_log = work / "webhook-manager.log", work / "controller-manager.log"
+    try:
+        hooks_cmd = [str(op.path("vc-webhook-manager")), f"--kubeconfig={kubeconfig}", "--listen-address=127.0.0.1",
+                     f"--port={port}", f"--webhook-url=https://127.0.0.1:{port}", f"--ca-cert-file={work / 'ca.crt'}",
+                     f"--tls-cert-file={work / 'tls.crt'}", f"--tls-private-key-file={work / 'tls.key'}",
+                     f"--enabled-admission={','.join(ADMISSIONS)}"]
+        with logged_process(hooks_cmd, env, hooks_log) as hooks, \
+             logged_process([str(op.binary), f"--kubeconfig={kubeconfig}", "--leader-elect=false",
+                             "--controllers=job-controller,queue-controller"], env, controllers_log) as controllers:
+            wait_sync(lambda: b"JobController is running" in controllers_log.read_bytes()
+                      or controllers.poll() is not None, 60, f"Volcano's job controller to start ({controllers_log})")
+            assert controllers.poll() is None, controllers_log.read_text()[-3000:]
+            wait_sync(lambda: _listening(port) or hooks.poll() is not None, 60,
+                      f"Volcano's webhooks served ({hooks_log})")
+            assert hooks.poll() is None, hooks_log.read_text()[-3000:]
+            # made by the vnode (nothing here creates it), opened by Volcano's queue controller
+            wait_sync(lambda: subprocess.run([*kubectl, "get", "queues.scheduling.volcano.sh", "default", "-o",
+                                              "jsonpath={.status.state}"], capture_output=True, text=True,
+                                             check=False).stdout == "Open", 60, "Volcano's default Queue Open")
+            yield controllers
+    finally:  # a vcjob webhook nobody serves would refuse every later vcjob
+        subprocess.run([*kubectl, "delete", "-f", "-", "--ignore-not-found"], input=manifests.encode(), check=False,
+                       capture_output=True)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def vcjob(name: str, workers: int, gpus: int = 1, master_runs: str = "10s",
+          node_selector: dict[str, str] | None = None, on_evicted: str | None = None) -> dict[str, Any]:
+    """A vcjob as Volcano's MPI example writes one (its webhook fills in the queue, scheduler and
+    ``minAvailable``): a master without GPUs that ends after ``master_runs`` and completes the job, and
+    workers of ``gpus`` GPUs each that run until the job ends."""
+    def task(task_name: str, replicas: int, duration: str, limits: dict[str, str]) -> dict[str, Any]:
+        spec: dict[str, Any] = {"restartPolicy": "OnFailure", "containers": [
+            {"name": task_name, "image": "volcanosh/example-mpi:0.0.3", "resources": {"limits": limits}}]}
+        if node_selector:
+            spec["nodeSelector"] = node_selector
+        out: dict[str, Any] = {"name": task_name, "replicas": replicas, "template": {
+            "metadata": {"annotations": {"kubeferry.io/sim-duration": duration}}, "spec": spec}}
+        if task_name == "master":
+            out["policies"] = [{"event": "TaskCompleted", "action": "CompleteJob"}]
+        return out
+
+    spec: dict[str, Any] = {"plugins": {"ssh": [], "svc": [], "env": []}, "tasks": [
+        task("master", 1, master_runs, {"cpu": "1", "memory": "1Gi"}),
+        task("worker", workers, "600s", {"nvidia.com/gpu": str(gpus)})]}
+    if on_evicted:
+        spec["policies"] = [{"event": "PodEvicted", "action": on_evicted}]
+    return {"apiVersion": "/".join(BATCH), "kind": "Job", "metadata": {"name": name}, "spec": spec}
+
+
+async def _live_copies(compute_api: client.ApiClient, tenant_ns: str) -> list[Any]:
+    return [p for p in await compute_copies(compute_api, tenant_ns) if p.metadata.deletion_timestamp is None]
+
+
+async def _job(jobs: client.CustomObjectsApi, ns: str, name: str) -> dict[str, Any]:
+    job: dict[str, Any] = await jobs.get_namespaced_custom_object(*BATCH, ns, "jobs", name)
+    return job
+
+
+@pytest.mark.usefixtures("volcano_jobs")
+async def test_a_vcjob_runs_as_one_gang_its_workers_resolve_by_the_hostfile_and_it_completes(
+        tenant2_api: client.ApiClient, compute_api: client.ApiClient, tenant2_ns: str, peer_dns: PeerDNS) -> None:
+    jobs = client.CustomObjectsApi(tenant2_api)
+    await jobs.create_namespaced_custom_object(*BATCH, tenant2_ns, "jobs", vcjob("pi", 2))
+    job = await _job(jobs, tenant2_ns, "pi")  # what its webhook filled in
+    filled = (job["spec"]["queue"], job["spec"]["schedulerName"], job["spec"]["minAvailable"])
+    assert filled == ("default", "volcano", 3), job["spec"]
+
+    async def started() -> list[Any] | None:
+        pods = await _live_copies(compute_api, tenant2_ns)
+        return pods if len(pods) == 3 and all(p.status.phase in ("Running", "Succeeded") for p in pods) else None
+
+    pods = await eventually(started, timeout=90, what="the master and 2 workers started in the compute cluster")
+    by_name = {p.metadata.annotations[UPSTREAM_NAME_ANNOTATION]: p for p in pods}
+    assert sorted(by_name) == ["pi-master-0", "pi-worker-0", "pi-worker-1"], sorted(by_name)
+    assert len({p.metadata.labels["kubeferry.io/pod-group"] for p in pods}) == 1  # one gang
+    # The svc plugin's hostfile (<job>-<task>-<index>.<job>) names each worker's compute pod.
+    hosts = (await client.CoreV1Api(tenant2_api).read_namespaced_config_map("pi-svc", tenant2_ns)).data
+    workers = hosts["worker.host"].split()
+    assert [h.split(".")[0] for h in workers] == ["pi-worker-0", "pi-worker-1"], workers
+
+    async def resolved() -> list[tuple[str, list[str] | None]] | None:
+        got = [(h, await resolve(peer_dns, by_name["pi-master-0"], h)) for h in workers]
+        return got if all(ips == [by_name[h.split(".")[0]].status.pod_ip] for h, ips in got) else None
+
+    await eventually(resolved, timeout=10, what="the hostfile's names resolved to the workers' compute pods")
+
+    async def completed() -> bool:
+        return ((await _job(jobs, tenant2_ns, "pi")).get("status") or {}).get("state", {}).get("phase") == "Completed"
+
+    await eventually(completed, timeout=120, what="the vcjob's phase Completed")
+
+    async def workers_gone() -> bool:
+        return not any(p.metadata.annotations[UPSTREAM_NAME_ANNOTATION].startswith("pi-worker-")
+                       for p in await _live_copies(compute_api, tenant2_ns))
+
+    await eventually(workers_gone, timeout=60, what="the killed workers gone from the compute cluster")
+
+
+@pytest.mark.usefixtures("volcano_jobs")
+async def test_a_preempted_vcjob_restarts_whole_and_runs_again(
+        tenant2_api: client.ApiClient, compute_api: client.ApiClient, tenant2_ns: str, compute_ns: str) -> None:
+    """A vcjob borrowing a node is preempted whole for another queue's guarantee: Volcano's job controller
+    restarts it (``PodEvicted: RestartJob``); the new pods wait as one gang while the node is taken, and run
+    once it is free."""
+    ccore, tcore = client.CoreV1Api(compute_api), client.CoreV1Api(tenant2_api)
+    jobs = client.CustomObjectsApi(tenant2_api)
+    async with reserved_node(compute_api, tenant2_ns):
+        await jobs.create_namespaced_custom_object(*BATCH, tenant2_ns, "jobs", vcjob(
+            "pi", 2, gpus=4, master_runs="600s", node_selector={"ferry-test": tenant2_ns}, on_evicted="RestartJob"))
+        first = await eventually(lambda: running_pods(tcore, tenant2_ns, 3), timeout=90,
+                                 what="the master and 2 workers Running")
+
+        async with guarantee_claiming(compute_api, compute_ns, tenant2_ns) as urgent:
+            await eventually(lambda: replacements(tcore, tenant2_ns, first, 3), timeout=120,
+                             what="the restarted job's 3 new pods")
+            copies = await _live_copies(compute_api, tenant2_ns)
+            assert not any(p.spec.node_name for p in copies), \
+                [(p.metadata.name, p.spec.node_name, p.status.phase) for p in copies]  # the gang waits whole
+
+            await ccore.delete_namespaced_pod(urgent, compute_ns, grace_period_seconds=0)
+            again = await eventually(lambda: running_pods(tcore, tenant2_ns, 3), timeout=90,
+                                     what="the new pods Running once the node is free")
+        assert not {p.metadata.uid for p in again} & {p.metadata.uid for p in first}
+        status = (await _job(jobs, tenant2_ns, "pi"))["status"]
+        assert status.get("retryCount", 0) >= 1 and status["state"]["phase"] == "Running", status
+        await jobs.delete_namespaced_custom_object(*BATCH, tenant2_ns, "jobs", "pi")
