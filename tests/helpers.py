@@ -123,6 +123,11 @@ async def compute_copies(compute_api: client.ApiClient, tenant_ns: str) -> list[
         label_selector=f"{UPSTREAM_NS_LABEL}={tenant_ns}")).items)
 
 
+async def live_copies(compute_api: client.ApiClient, tenant_ns: str) -> list[Any]:
+    """``compute_copies`` not being deleted."""
+    return [p for p in await compute_copies(compute_api, tenant_ns) if p.metadata.deletion_timestamp is None]
+
+
 async def running_pods(core: client.CoreV1Api, ns: str, count: int) -> list[Any] | None:
     """The namespace's ``count`` pods, if that many are there (not being deleted) and all Running."""
     pods = [p for p in (await core.list_namespaced_pod(ns)).items if p.metadata.deletion_timestamp is None]
@@ -170,6 +175,26 @@ async def guarantee_claiming(compute_api: client.ApiClient, compute_ns: str, lab
         yield "urgent"
     finally:
         await custom.delete_cluster_custom_object("scheduling.kubeferry.io", "v1alpha1", "queues", queue)
+
+
+async def preempted_whole_then_freed(compute_api: client.ApiClient, compute_ns: str, core: client.CoreV1Api,
+                                     ns: str, first: list[Any]) -> list[Any]:
+    """``first``, a job's pods Running on the node reserved for ``ns``, preempted whole for another queue's
+    guarantee (``guarantee_claiming``): once the job's controller made as many new pods, they wait as one
+    gang (no compute copy bound) while the node is taken; the node is freed, and the new pods are returned
+    once Running."""
+    count = len(first)
+    async with guarantee_claiming(compute_api, compute_ns, ns) as urgent:
+        await eventually(lambda: replacements(core, ns, first, count), timeout=120,
+                         what=f"{count} new pods from the job's controller")
+        copies = await live_copies(compute_api, ns)
+        assert not any(p.spec.node_name for p in copies), \
+            [(p.metadata.name, p.spec.node_name, p.status.phase) for p in copies]  # the gang waits whole
+        await client.CoreV1Api(compute_api).delete_namespaced_pod(urgent, compute_ns, grace_period_seconds=0)
+        again: list[Any] = await eventually(lambda: running_pods(core, ns, count), timeout=90,
+                                            what="the new pods Running once the node is free")
+    assert not {p.metadata.uid for p in again} & {p.metadata.uid for p in first}
+    return again
 
 
 async def fresh_namespace(api: client.ApiClient) -> AsyncIterator[str]:

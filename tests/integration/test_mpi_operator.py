@@ -23,12 +23,11 @@ from ferry.binaries.clients import MPI_OPERATOR, ensure_operator
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
 from tests.helpers import (
-    compute_copies,
     eventually,
-    guarantee_claiming,
     install_crd,
+    live_copies,
     logged_process,
-    replacements,
+    preempted_whole_then_freed,
     reserved_node,
     resolve,
     running_pods,
@@ -80,9 +79,6 @@ def mpijob(name: str, workers: int, gpus: int = 1, launcher_runs: str = "10s",
                 "Worker": replica(workers, "mpi-worker", "600s", {"nvidia.com/gpu": str(gpus)})}}}
 
 
-async def _compute_pods(compute_api: client.ApiClient, tenant_ns: str) -> list[Any]:
-    return [p for p in await compute_copies(compute_api, tenant_ns) if p.metadata.deletion_timestamp is None]
-
 
 @pytest.mark.usefixtures("mpi_operator")
 async def test_an_mpijob_runs_its_launcher_job_and_workers_as_one_gang_and_succeeds(
@@ -91,7 +87,7 @@ async def test_an_mpijob_runs_its_launcher_job_and_workers_as_one_gang_and_succe
     await jobs.create_namespaced_custom_object("kubeflow.org", "v2beta1", tenant2_ns, "mpijobs", mpijob("pi", 2))
 
     async def started() -> list[Any] | None:
-        pods = await _compute_pods(compute_api, tenant2_ns)
+        pods = await live_copies(compute_api, tenant2_ns)
         return pods if len(pods) == 3 and all(p.status.phase in ("Running", "Succeeded") for p in pods) else None
 
     pods = await eventually(started, timeout=90, what="the launcher and 2 workers started in the compute cluster")
@@ -121,7 +117,7 @@ async def test_an_mpijob_runs_its_launcher_job_and_workers_as_one_gang_and_succe
 
     async def workers_gone() -> bool:
         return all(p.metadata.annotations[UPSTREAM_NAME_ANNOTATION].startswith("pi-launcher-")
-                   for p in await _compute_pods(compute_api, tenant2_ns))
+                   for p in await live_copies(compute_api, tenant2_ns))
 
     await eventually(workers_gone, timeout=60, what="the removed workers gone from the compute cluster")
 
@@ -132,23 +128,11 @@ async def test_a_preempted_mpijob_is_replaced_by_its_operator_and_job_controller
     """An MPIJob borrowing a node is preempted whole for another queue's guarantee: the operator replaces
     its workers and the tenant's Job controller its launcher; the replacements wait as one gang while the
     node is taken, and run once it is free."""
-    ccore, tcore = client.CoreV1Api(compute_api), client.CoreV1Api(tenant2_api)
-    jobs = client.CustomObjectsApi(tenant2_api)
+    tcore, jobs = client.CoreV1Api(tenant2_api), client.CustomObjectsApi(tenant2_api)
     async with reserved_node(compute_api, tenant2_ns):
         await jobs.create_namespaced_custom_object("kubeflow.org", "v2beta1", tenant2_ns, "mpijobs", mpijob(
             "pi", 2, gpus=4, launcher_runs="600s", node_selector={"ferry-test": tenant2_ns}))
         first = await eventually(lambda: running_pods(tcore, tenant2_ns, 3), timeout=90,
                                  what="the launcher and 2 workers Running")
-
-        async with guarantee_claiming(compute_api, compute_ns, tenant2_ns) as urgent:
-            await eventually(lambda: replacements(tcore, tenant2_ns, first, 3), timeout=90,
-                             what="a new launcher and 2 new workers")
-            copies = await _compute_pods(compute_api, tenant2_ns)
-            assert not any(p.spec.node_name for p in copies), \
-                [(p.metadata.name, p.spec.node_name, p.status.phase) for p in copies]  # the gang waits whole
-
-            await ccore.delete_namespaced_pod(urgent, compute_ns, grace_period_seconds=0)
-            again = await eventually(lambda: running_pods(tcore, tenant2_ns, 3), timeout=90,
-                                     what="the replacements Running once the node is free")
-        assert not {p.metadata.uid for p in again} & {p.metadata.uid for p in first}
+        await preempted_whole_then_freed(compute_api, compute_ns, tcore, tenant2_ns, first)
         await jobs.delete_namespaced_custom_object("kubeflow.org", "v2beta1", tenant2_ns, "mpijobs", "pi")

@@ -32,13 +32,12 @@ from ferry.binaries.clients import VOLCANO_JOBS, ensure_operator
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
 from tests.helpers import (
-    compute_copies,
     eventually,
     free_port,
-    guarantee_claiming,
     install_crd,
+    live_copies,
     logged_process,
-    replacements,
+    preempted_whole_then_freed,
     reserved_node,
     resolve,
     running_pods,
@@ -147,9 +146,6 @@ def vcjob(name: str, workers: int, gpus: int = 1, master_runs: str = "10s",
     return {"apiVersion": "/".join(BATCH), "kind": "Job", "metadata": {"name": name}, "spec": spec}
 
 
-async def _live_copies(compute_api: client.ApiClient, tenant_ns: str) -> list[Any]:
-    return [p for p in await compute_copies(compute_api, tenant_ns) if p.metadata.deletion_timestamp is None]
-
 
 async def _job(jobs: client.CustomObjectsApi, ns: str, name: str) -> dict[str, Any]:
     job: dict[str, Any] = await jobs.get_namespaced_custom_object(*BATCH, ns, "jobs", name)
@@ -166,7 +162,7 @@ async def test_a_vcjob_runs_as_one_gang_its_workers_resolve_by_the_hostfile_and_
     assert filled == ("default", "volcano", 3), job["spec"]
 
     async def started() -> list[Any] | None:
-        pods = await _live_copies(compute_api, tenant2_ns)
+        pods = await live_copies(compute_api, tenant2_ns)
         return pods if len(pods) == 3 and all(p.status.phase in ("Running", "Succeeded") for p in pods) else None
 
     pods = await eventually(started, timeout=90, what="the master and 2 workers started in the compute cluster")
@@ -191,7 +187,7 @@ async def test_a_vcjob_runs_as_one_gang_its_workers_resolve_by_the_hostfile_and_
 
     async def workers_gone() -> bool:
         return not any(p.metadata.annotations[UPSTREAM_NAME_ANNOTATION].startswith("pi-worker-")
-                       for p in await _live_copies(compute_api, tenant2_ns))
+                       for p in await live_copies(compute_api, tenant2_ns))
 
     await eventually(workers_gone, timeout=60, what="the killed workers gone from the compute cluster")
 
@@ -202,25 +198,13 @@ async def test_a_preempted_vcjob_restarts_whole_and_runs_again(
     """A vcjob borrowing a node is preempted whole for another queue's guarantee: Volcano's job controller
     restarts it (``PodEvicted: RestartJob``); the new pods wait as one gang while the node is taken, and run
     once it is free."""
-    ccore, tcore = client.CoreV1Api(compute_api), client.CoreV1Api(tenant2_api)
-    jobs = client.CustomObjectsApi(tenant2_api)
+    tcore, jobs = client.CoreV1Api(tenant2_api), client.CustomObjectsApi(tenant2_api)
     async with reserved_node(compute_api, tenant2_ns):
         await jobs.create_namespaced_custom_object(*BATCH, tenant2_ns, "jobs", vcjob(
             "pi", 2, gpus=4, master_runs="600s", node_selector={"ferry-test": tenant2_ns}, on_evicted="RestartJob"))
         first = await eventually(lambda: running_pods(tcore, tenant2_ns, 3), timeout=90,
                                  what="the master and 2 workers Running")
-
-        async with guarantee_claiming(compute_api, compute_ns, tenant2_ns) as urgent:
-            await eventually(lambda: replacements(tcore, tenant2_ns, first, 3), timeout=120,
-                             what="the restarted job's 3 new pods")
-            copies = await _live_copies(compute_api, tenant2_ns)
-            assert not any(p.spec.node_name for p in copies), \
-                [(p.metadata.name, p.spec.node_name, p.status.phase) for p in copies]  # the gang waits whole
-
-            await ccore.delete_namespaced_pod(urgent, compute_ns, grace_period_seconds=0)
-            again = await eventually(lambda: running_pods(tcore, tenant2_ns, 3), timeout=90,
-                                     what="the new pods Running once the node is free")
-        assert not {p.metadata.uid for p in again} & {p.metadata.uid for p in first}
+        await preempted_whole_then_freed(compute_api, compute_ns, tcore, tenant2_ns, first)
         status = (await _job(jobs, tenant2_ns, "pi"))["status"]
         assert status.get("retryCount", 0) >= 1 and status["state"]["phase"] == "Running", status
         await jobs.delete_namespaced_custom_object(*BATCH, tenant2_ns, "jobs", "pi")
