@@ -40,10 +40,14 @@ class WorkQueue:
         self._queue.put_nowait(key)
 
     def add_after(self, key: str, delay: float) -> None:
-        """Add ``key`` once ``delay`` seconds have passed (an earlier pending timer wins)."""
-        if key in self._timers:
-            return
+        """Add ``key`` once ``delay`` seconds have passed; of two pending timers the earlier wins (client-go's
+        delaying queue): a failure's short retry must not wait behind a refresh planned minutes ahead."""
         loop = asyncio.get_running_loop()
+        pending = self._timers.get(key)
+        if pending is not None:
+            if pending.when() <= loop.time() + delay:
+                return
+            pending.cancel()
 
         def fire() -> None:
             self._timers.pop(key, None)

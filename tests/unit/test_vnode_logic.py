@@ -239,6 +239,32 @@ async def test_work_queue_retries_failures_with_backoff() -> None:
     assert calls == 3
 
 
+async def test_a_retry_is_not_held_behind_a_later_planned_refresh() -> None:
+    """Seen with Volcano's restarted pods: a pod's token refresh was planned minutes ahead under the same
+    key, a failed create's retry in 0.05 s was dropped, and the pod waited for the periodic resync."""
+    q = WorkQueue("t", base_delay=0.01)
+    calls = 0
+    succeeded = asyncio.Event()
+
+    async def flaky(_: str) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("409")
+        succeeded.set()
+
+    q.add_after("k", 600.0)  # a refresh planned far ahead
+    q.add("k")
+    worker = asyncio.create_task(q.run(flaky, workers=1))
+    async with asyncio.timeout(5):
+        await succeeded.wait()
+    q.add_after("k", 600.0)
+    q.add_after("k", 900.0)  # a later timer does not replace an earlier one
+    assert q._timers["k"].when() - asyncio.get_running_loop().time() < 601
+    worker.cancel()
+    assert calls == 2
+
+
 # ------------------------------------------------------------------ streams (exec / attach / port-forward)
 def test_kubelet_stream_query_becomes_the_api_query_in_order() -> None:
     got = streams.compute_query([("command", "sh"), ("command", "-c"), ("command", "echo a b"), ("input", "1"),
