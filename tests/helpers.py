@@ -19,6 +19,7 @@ from dnslib import RCODE, DNSRecord
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from ferry.cluster.ports import PortAllocator
 from ferry.cluster.process import Component
 from ferry.kube import rest
 from vnode.dnsserver import PeerDNS
@@ -227,10 +228,13 @@ def install_crd(kubectl: list[str], path: Path, name: str) -> None:
 
 
 def free_port() -> int:
-    """A TCP port of 127.0.0.1 free now (for a process under test to listen on)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port of 127.0.0.1 free now, for a process under test to listen on: outside the ephemeral
+    range, where an outgoing connection could take it before the process binds it."""
+    ports = PortAllocator()
+    try:
+        return ports.take("a process under test")
+    finally:
+        ports.release()
 
 
 def closed_port() -> int:

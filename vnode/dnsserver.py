@@ -255,15 +255,33 @@ async def _serve_tcp(dns: PeerDNS, reader: asyncio.StreamReader, writer: asyncio
 async def serve(dns: PeerDNS, host: str, port: int, tg: asyncio.TaskGroup) -> tuple[asyncio.DatagramTransport,
                                                                                      asyncio.Server]:
     """Listen on UDP and TCP ``host:port``; each query is a task of ``tg`` (cancelled with it)."""
-    loop = asyncio.get_running_loop()
-
     def spawn(coro: Any) -> None:
         tg.create_task(coro)
 
-    transport, _ = await loop.create_datagram_endpoint(lambda: _UDP(dns, spawn), local_addr=(host, port))
-    port = transport.get_extra_info("sockname")[1]  # port 0: TCP on the port UDP was given
-    server = await asyncio.start_server(lambda r, w: _serve_tcp(dns, r, w), host, port)
-    return transport, server
+    return await bind_udp_and_tcp(host, port, lambda: _UDP(dns, spawn),
+                                  lambda r, w: _serve_tcp(dns, r, w))
+
+
+PORT_PICKS = 20  # port 0: tries at a port free for both UDP and TCP
+
+
+async def bind_udp_and_tcp(host: str, port: int, udp: Callable[[], asyncio.DatagramProtocol],
+                           tcp: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Any],
+                           ) -> tuple[asyncio.DatagramTransport, asyncio.Server]:
+    """UDP and TCP listeners on one port. Port 0 takes the port UDP is given, and picks again while TCP
+    finds that port taken: the kernel hands both out of the same ephemeral range, where any outgoing
+    connection may hold it."""
+    loop = asyncio.get_running_loop()
+    for attempt in range(1, PORT_PICKS + 1):
+        transport, _ = await loop.create_datagram_endpoint(udp, local_addr=(host, port))
+        given = transport.get_extra_info("sockname")[1]
+        try:
+            return transport, await asyncio.start_server(tcp, host, given)
+        except OSError:
+            transport.close()
+            if port != 0 or attempt == PORT_PICKS:
+                raise
+    raise AssertionError("unreachable")
 
 
 def pod_informer(lister: Any, index: PeerIndex) -> Informer:

@@ -4,6 +4,7 @@ who may find them, the DNS settings a compute pod gets, and the server's answers
 from __future__ import annotations
 
 import asyncio
+import socket
 import struct
 from collections.abc import AsyncIterator
 from typing import Any, cast
@@ -12,7 +13,7 @@ import pytest
 from dnslib import QTYPE, RCODE, RR, A, DNSRecord
 
 from vnode import naming
-from vnode.dnsserver import QUERIES, PeerDNS, serve, slim_pod, slim_service
+from vnode.dnsserver import QUERIES, PeerDNS, bind_udp_and_tcp, serve, slim_pod, slim_service
 from vnode.peernames import PeerIndex, PeerName, ServiceName, parse
 from vnode.translate import Bridge, compute_pod, compute_service, selects
 
@@ -227,10 +228,8 @@ async def upstream_tcp(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
 @pytest.fixture
 async def server() -> AsyncIterator[tuple[int, int]]:
     """``ferry dns`` on a free port of 127.0.0.1, where 127.0.0.1 is a pod of tenant t1; its upstream's port."""
-    loop = asyncio.get_running_loop()
-    up, _ = await loop.create_datagram_endpoint(Upstream, local_addr=("127.0.0.1", 0))
+    up, up_tcp = await bind_udp_and_tcp("127.0.0.1", 0, Upstream, upstream_tcp)
     up_port = up.get_extra_info("sockname")[1]
-    up_tcp = await asyncio.start_server(upstream_tcp, "127.0.0.1", up_port)
     index = PeerIndex()
     for pod in (bridged("t1", "ml", "w-0", "127.0.0.1"), bridged("t1", "ml", "w-1", "10.0.0.2"),
                 bridged("t1", "ml", "v6", "fd00::7")):
@@ -307,6 +306,32 @@ async def test_the_server_answers_over_tcp(server: tuple[int, int]) -> None:
                 assert len(reply.rr) == 40 and size > 512 and reply.header.id == DNSRecord.parse(query).header.id
     finally:
         writer.close()
+
+
+async def test_port_0_picks_again_while_tcp_finds_the_udp_port_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel gives UDP a port that an outgoing TCP connection may hold (CI saw it): pick again."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    held = taken.getsockname()[1]
+    loop = asyncio.get_running_loop()
+    real, asked = loop.create_datagram_endpoint, []
+
+    async def first_on_the_held_port(factory: Any, local_addr: tuple[str, int]) -> Any:
+        asked.append(local_addr)
+        return await real(factory, local_addr=(local_addr[0], held) if len(asked) == 1 else local_addr)
+
+    monkeypatch.setattr(loop, "create_datagram_endpoint", first_on_the_held_port)
+    try:
+        udp, tcp = await bind_udp_and_tcp("127.0.0.1", 0, asyncio.DatagramProtocol, upstream_tcp)
+        port = udp.get_extra_info("sockname")[1]
+        assert len(asked) == 2 and port != held and tcp.sockets[0].getsockname()[1] == port
+        udp.close()
+        tcp.close()
+        with pytest.raises(OSError, match="address already in use"):  # a port asked by number is kept
+            await bind_udp_and_tcp("127.0.0.1", held, asyncio.DatagramProtocol, upstream_tcp)
+    finally:
+        taken.close()
 
 
 async def test_an_upstream_that_does_not_answer_is_a_servfail_and_garbage_is_dropped() -> None:
