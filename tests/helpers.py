@@ -198,20 +198,27 @@ async def preempted_whole_then_freed(compute_api: client.ApiClient, compute_ns: 
     return again
 
 
-async def fresh_namespace(api: client.ApiClient) -> AsyncIterator[str]:
-    """A new namespace of a random name, once its default ServiceAccount exists; deleted afterwards."""
+async def namespace_with_service_account(core: client.CoreV1Api, timeout: float) -> str:
+    """Create a namespace of a random name and return it once the controller-manager has made its default
+    ServiceAccount (pods are refused until then)."""
     name = f"t-{uuid.uuid4().hex[:8]}"
-    core = client.CoreV1Api(api)
     await core.create_namespace({"metadata": {"name": name}})
 
-    async def service_account() -> bool:  # pods are refused until the controller-manager creates it
+    async def service_account() -> bool:
         try:
             await core.read_namespaced_service_account("default", name)
             return True
         except ApiException:
             return False
 
-    await eventually(service_account, timeout=30, what=f"ServiceAccount default in {name}")
+    await eventually(service_account, timeout=timeout, what=f"ServiceAccount default in {name}")
+    return name
+
+
+async def fresh_namespace(api: client.ApiClient) -> AsyncIterator[str]:
+    """A new namespace of a random name, once its default ServiceAccount exists; deleted afterwards."""
+    core = client.CoreV1Api(api)
+    name = await namespace_with_service_account(core, timeout=30)
     try:
         yield name
     finally:
