@@ -158,34 +158,50 @@ async def reserved_node(compute_api: client.ApiClient, label: str) -> AsyncItera
         await core.patch_node(node, {"metadata": {"labels": {"ferry-test": None}}})
 
 
+MERGE_PATCH = "application/merge-patch+json"
+VICTIM_GRACE_S = 4  # the grace guarantee_claiming's victims get (a tenant Queue's default is 30 s)
+
+
 @asynccontextmanager
-async def guarantee_claiming(compute_api: client.ApiClient, compute_ns: str, label: str) -> AsyncIterator[str]:
-    """Another queue, guaranteed 8 GPUs (its victims get 4 s of grace), whose 8-GPU pod ``urgent`` in
-    ``compute_ns`` selects the node labelled ``label``: what borrows that node is taken back. The queue is
-    deleted after the block."""
+async def guarantee_claiming(compute_api: client.ApiClient, compute_ns: str, label: str,
+                             victims: str = "tenant-1") -> AsyncIterator[str]:
+    """Another queue, guaranteed 8 GPUs, whose 8-GPU pod ``urgent`` in ``compute_ns`` selects the node
+    labelled ``label``: what borrows that node is taken back. The victims' Queue (their tenant's, named
+    ``victims``) gives them ``VICTIM_GRACE_S`` of grace for the block, as its admin may set; the other queue
+    is deleted after the block and the grace put back."""
     core, custom = client.CoreV1Api(compute_api), client.CustomObjectsApi(compute_api)
+    api = ("scheduling.kubeferry.io", "v1alpha1", "queues")
+    tenant_queue = await custom.get_cluster_custom_object(*api, victims)
+    grace = tenant_queue["spec"].get("preemption", {}).get("victimGraceSeconds")
+    await custom.patch_cluster_custom_object(*api, victims, {"spec": {"preemption": {
+        "victimGraceSeconds": VICTIM_GRACE_S}}}, _content_type=MERGE_PATCH)
     queue = f"q-{compute_ns}"
-    await custom.create_cluster_custom_object("scheduling.kubeferry.io", "v1alpha1", "queues", {
-        "apiVersion": "scheduling.kubeferry.io/v1alpha1", "kind": "Queue", "metadata": {"name": queue},
-        "spec": {"namespaces": [compute_ns], "guaranteed": {"gpu": "8"}, "preemption": {"victimGraceSeconds": 4}}})
-    try:  # compute_ns is a fresh_namespace: its ServiceAccount exists
-        await core.create_namespaced_pod(compute_ns, {
-            "metadata": {"name": "urgent"},
-            "spec": {"schedulerName": "kube-ferry", "nodeSelector": {"ferry-test": label},
-                     "containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}})
-        yield "urgent"
+    try:
+        await custom.create_cluster_custom_object(*api, {
+            "apiVersion": "scheduling.kubeferry.io/v1alpha1", "kind": "Queue", "metadata": {"name": queue},
+            "spec": {"namespaces": [compute_ns], "guaranteed": {"gpu": "8"}}})
+        try:  # compute_ns is a fresh_namespace: its ServiceAccount exists
+            await core.create_namespaced_pod(compute_ns, {
+                "metadata": {"name": "urgent"},
+                "spec": {"schedulerName": "kube-ferry", "nodeSelector": {"ferry-test": label},
+                         "containers": [{"name": "c", "image": "i",
+                                         "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}})
+            yield "urgent"
+        finally:
+            await custom.delete_cluster_custom_object(*api, queue)
     finally:
-        await custom.delete_cluster_custom_object("scheduling.kubeferry.io", "v1alpha1", "queues", queue)
+        await custom.patch_cluster_custom_object(*api, victims, {"spec": {"preemption": {
+            "victimGraceSeconds": grace}}}, _content_type=MERGE_PATCH)
 
 
 async def preempted_whole_then_freed(compute_api: client.ApiClient, compute_ns: str, core: client.CoreV1Api,
-                                     ns: str, first: list[Any]) -> list[Any]:
+                                     ns: str, first: list[Any], victims: str) -> list[Any]:
     """``first``, a job's pods Running on the node reserved for ``ns``, preempted whole for another queue's
     guarantee (``guarantee_claiming``): once the job's controller made as many new pods, they wait as one
     gang (no compute copy bound) while the node is taken; the node is freed, and the new pods are returned
-    once Running."""
+    once Running. ``victims``: the tenant whose Queue the job is in."""
     count = len(first)
-    async with guarantee_claiming(compute_api, compute_ns, ns) as urgent:
+    async with guarantee_claiming(compute_api, compute_ns, ns, victims) as urgent:
         await eventually(lambda: replacements(core, ns, first, count), timeout=120,
                          what=f"{count} new pods from the job's controller")
         copies = await live_copies(compute_api, ns)

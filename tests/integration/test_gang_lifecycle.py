@@ -150,7 +150,7 @@ async def test_a_preempted_batch_job_is_made_again_by_the_job_controller_and_com
     before = vnode_metrics(vnodes["tenant-1"])[handed_back]
     tcore, ccore, batch = client.CoreV1Api(tenant_api), client.CoreV1Api(compute_api), client.BatchV1Api(tenant_api)
     await tenant_group(tenant_api, VOLCANO, tenant_ns, "train", 2)
-    job = objects.batch_job("train", 2, 4, duration="40s")
+    job = objects.batch_job("train", 2, 4, duration="25s")  # outlasts the 4 s grace
     job["metadata"]["namespace"] = tenant_ns
     job["spec"]["template"]["spec"]["nodeSelector"] = {"ferry-test": tenant_ns}
     async with reserved_node(compute_api, tenant_ns):

@@ -134,5 +134,5 @@ async def test_a_preempted_mpijob_is_replaced_by_its_operator_and_job_controller
             "pi", 2, gpus=4, launcher_runs="600s", node_selector={"ferry-test": tenant2_ns}))
         first = await eventually(lambda: running_pods(tcore, tenant2_ns, 3), timeout=90,
                                  what="the launcher and 2 workers Running")
-        await preempted_whole_then_freed(compute_api, compute_ns, tcore, tenant2_ns, first)
+        await preempted_whole_then_freed(compute_api, compute_ns, tcore, tenant2_ns, first, "tenant-2")
         await jobs.delete_namespaced_custom_object("kubeflow.org", "v2beta1", tenant2_ns, "mpijobs", "pi")

@@ -15,7 +15,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
-from tests.helpers import api_client, eventually, kubectl, vnode_metrics
+from tests.helpers import api_client, eventually, guarantee_claiming, kubectl, reserved_node, vnode_metrics
 from vnode import naming
 
 pytestmark = pytest.mark.usefixtures("vnodes")
@@ -456,11 +456,7 @@ async def test_scheduler_preemption_shows_upstream_as_notice_then_failed_preempt
         tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str, compute_ns: str) -> None:
     """An elastic tenant job on a full node is noticed, then evicted for a guaranteed job of another queue:
     the tenant pod shows the notice (condition + Event), then Failed/Preempted, and is not re-created."""
-    ccore, custom = client.CoreV1Api(compute_api), client.CustomObjectsApi(compute_api)
-    nodes = (await ccore.list_node(label_selector="type=kwok,!ferry-test")).items
-    node = sorted(n.metadata.name for n in nodes if not n.spec.unschedulable)[-1]  # binpacking fills low names
-    await ccore.patch_node(node, {"metadata": {"labels": {"ferry-test": tenant_ns}}})
-    core = client.CoreV1Api(tenant_api)
+    ccore, core = client.CoreV1Api(compute_api), client.CoreV1Api(tenant_api)
     await client.CustomObjectsApi(tenant_api).create_namespaced_custom_object(
         "scheduling.volcano.sh", "v1beta1", tenant_ns, "podgroups",
         {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
@@ -469,46 +465,33 @@ async def test_scheduler_preemption_shows_upstream_as_notice_then_failed_preempt
     victim = operator_pod("soak-0", scheduler="volcano", annotations={"scheduling.k8s.io/group-name": "soak"})
     victim["spec"]["nodeSelector"] = {"ferry-test": tenant_ns}
     victim["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "8"
-    uid = (await core.create_namespaced_pod(tenant_ns, victim)).metadata.uid
-    await eventually(lambda: _with_phase(core, tenant_ns, "soak-0", "Running"), what="elastic job Running")
+    async with reserved_node(compute_api, tenant_ns) as node:
+        uid = (await core.create_namespaced_pod(tenant_ns, victim)).metadata.uid
+        await eventually(lambda: _with_phase(core, tenant_ns, "soak-0", "Running"), what="elastic job Running")
+        async with guarantee_claiming(compute_api, compute_ns, tenant_ns) as urgent:
+            async def noticed() -> Any:
+                pod = await core.read_namespaced_pod("soak-0", tenant_ns)
+                conds = {c.type: c for c in pod.status.conditions or []}
+                return pod if conds.get("kubeferry.io/WillEvict") and \
+                    conds["kubeferry.io/WillEvict"].status == "True" else None
 
-    queue = f"q-{compute_ns}"
-    await custom.create_cluster_custom_object("scheduling.kubeferry.io", "v1alpha1", "queues", {
-        "apiVersion": "scheduling.kubeferry.io/v1alpha1", "kind": "Queue", "metadata": {"name": queue},
-        "spec": {"namespaces": [compute_ns], "guaranteed": {"gpu": "8"}, "preemption": {"victimGraceSeconds": 4}}})
-    try:
-        await eventually(lambda: _sa_exists(ccore, compute_ns), what="ServiceAccount")
-        await ccore.create_namespaced_pod(compute_ns, {
-            "metadata": {"name": "urgent"},
-            "spec": {"schedulerName": "kube-ferry", "nodeSelector": {"ferry-test": tenant_ns},
-                     "containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}})
-
-        async def noticed() -> Any:
-            pod = await core.read_namespaced_pod("soak-0", tenant_ns)
-            conds = {c.type: c for c in pod.status.conditions or []}
-            return pod if conds.get("kubeferry.io/WillEvict") and conds["kubeferry.io/WillEvict"].status == "True" \
-                else None
-
-        await eventually(noticed, timeout=30, what="eviction notice on the tenant pod")
-        await eventually(lambda: _events(core, tenant_ns, "soak-0", "WillEvict"), what="WillEvict event upstream")
-        try:
-            failed = await eventually(lambda: _with_phase(core, tenant_ns, "soak-0", "Failed"), timeout=45,
-                                      what="tenant pod Failed after the grace")
-        except AssertionError:
-            cpod = await compute_pod_of(compute_api, "tenant-1", uid)
-            urgent = await ccore.read_namespaced_pod("urgent", compute_ns)
-            on_node = (await ccore.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}")).items
-            victim = cpod and (cpod.metadata.annotations, cpod.status.conditions)
-            there = [(p.metadata.namespace, p.metadata.name) for p in on_node]
-            raise AssertionError(f"not Failed; compute victim: {victim}; urgent on {urgent.spec.node_name}; "
-                                 f"pods on {node}: {there}") from None
-        assert failed.status.reason == "Preempted"
-        assert any(c.type == "DisruptionTarget" and c.status == "True" for c in failed.status.conditions)
-        await eventually(lambda: _running_on(ccore, compute_ns, "urgent", node), what="preemptor runs")
-        assert await compute_pod_of(compute_api, "tenant-1", uid) is None
-    finally:
-        await custom.delete_cluster_custom_object("scheduling.kubeferry.io", "v1alpha1", "queues", queue)
-        await ccore.patch_node(node, {"metadata": {"labels": {"ferry-test": None}}})
+            await eventually(noticed, timeout=30, what="eviction notice on the tenant pod")
+            await eventually(lambda: _events(core, tenant_ns, "soak-0", "WillEvict"), what="WillEvict event upstream")
+            try:
+                failed = await eventually(lambda: _with_phase(core, tenant_ns, "soak-0", "Failed"), timeout=45,
+                                          what="tenant pod Failed after the grace")
+            except AssertionError:
+                cpod = await compute_pod_of(compute_api, "tenant-1", uid)
+                preemptor = await ccore.read_namespaced_pod(urgent, compute_ns)
+                on_node = (await ccore.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}")).items
+                seen = cpod and (cpod.metadata.annotations, cpod.status.conditions)
+                there = [(p.metadata.namespace, p.metadata.name) for p in on_node]
+                raise AssertionError(f"not Failed; compute victim: {seen}; urgent on {preemptor.spec.node_name}; "
+                                     f"pods on {node}: {there}") from None
+            assert failed.status.reason == "Preempted"
+            assert any(c.type == "DisruptionTarget" and c.status == "True" for c in failed.status.conditions)
+            await eventually(lambda: _running_on(ccore, compute_ns, urgent, node), what="preemptor runs")
+            assert await compute_pod_of(compute_api, "tenant-1", uid) is None
 
 
 async def _running_on(core: client.CoreV1Api, ns: str, name: str, node: str) -> bool:

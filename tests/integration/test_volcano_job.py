@@ -204,7 +204,7 @@ async def test_a_preempted_vcjob_restarts_whole_and_runs_again(
             "pi", 2, gpus=4, master_runs="600s", node_selector={"ferry-test": tenant2_ns}, on_evicted="RestartJob"))
         first = await eventually(lambda: running_pods(tcore, tenant2_ns, 3), timeout=90,
                                  what="the master and 2 workers Running")
-        await preempted_whole_then_freed(compute_api, compute_ns, tcore, tenant2_ns, first)
+        await preempted_whole_then_freed(compute_api, compute_ns, tcore, tenant2_ns, first, "tenant-2")
         status = (await _job(jobs, tenant2_ns, "pi"))["status"]
         assert status.get("retryCount", 0) >= 1 and status["state"]["phase"] == "Running", status
         await jobs.delete_namespaced_custom_object(*BATCH, tenant2_ns, "jobs", "pi")
