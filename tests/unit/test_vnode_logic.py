@@ -219,50 +219,43 @@ async def test_work_queue_deduplicates_and_never_runs_a_key_twice_at_once() -> N
     assert seen == ["a", "a"] and not overlap and len(q) == 0
 
 
-async def test_work_queue_retries_failures_with_backoff() -> None:
-    q = WorkQueue("t", base_delay=0.01)
-    calls = 0
-    succeeded = asyncio.Event()
+class Flaky:
+    """A reconcile that fails its first ``failures`` calls, then succeeds."""
 
-    async def flaky(_: str) -> None:
-        nonlocal calls
-        calls += 1
-        if calls < 3:
+    def __init__(self, failures: int) -> None:
+        self.failures, self.calls, self.succeeded = failures, 0, asyncio.Event()
+
+    async def __call__(self, _: str) -> None:
+        self.calls += 1
+        if self.calls <= self.failures:
             raise RuntimeError("transient")
-        succeeded.set()
+        self.succeeded.set()
 
+
+async def test_work_queue_retries_failures_with_backoff() -> None:
+    q, flaky = WorkQueue("t", base_delay=0.01), Flaky(failures=2)
     q.add("k")
     worker = asyncio.create_task(q.run(flaky, workers=1))
     async with asyncio.timeout(5):
-        await succeeded.wait()
+        await flaky.succeeded.wait()
     worker.cancel()
-    assert calls == 3
+    assert flaky.calls == 3
 
 
 async def test_a_retry_is_not_held_behind_a_later_planned_refresh() -> None:
     """Seen with Volcano's restarted pods: a pod's token refresh was planned minutes ahead under the same
     key, a failed create's retry in 0.05 s was dropped, and the pod waited for the periodic resync."""
-    q = WorkQueue("t", base_delay=0.01)
-    calls = 0
-    succeeded = asyncio.Event()
-
-    async def flaky(_: str) -> None:
-        nonlocal calls
-        calls += 1
-        if calls == 1:
-            raise RuntimeError("409")
-        succeeded.set()
-
+    q, flaky = WorkQueue("t", base_delay=0.01), Flaky(failures=1)
     q.add_after("k", 600.0)  # a refresh planned far ahead
     q.add("k")
     worker = asyncio.create_task(q.run(flaky, workers=1))
     async with asyncio.timeout(5):
-        await succeeded.wait()
+        await flaky.succeeded.wait()
     q.add_after("k", 600.0)
     q.add_after("k", 900.0)  # a later timer does not replace an earlier one
     assert q._timers["k"].when() - asyncio.get_running_loop().time() < 601
     worker.cancel()
-    assert calls == 2
+    assert flaky.calls == 2
 
 
 # ------------------------------------------------------------------ streams (exec / attach / port-forward)
