@@ -30,7 +30,7 @@ from vnode.events import Backlog, Recorder
 from vnode.kubelet import KubeletAPI, ssl_context
 from vnode.node import VirtualNode
 from vnode.pods import PodReconciler
-from vnode.translate import needs_of, selects
+from vnode.translate import is_alias, needs_of, selects
 from vnode.volumes import Volumes
 
 Obj = dict[str, Any]
@@ -109,16 +109,18 @@ class Vnode:
         return handler
 
     def _service_changed(self, event: str, svc: Obj) -> None:
-        """A tenant Service changed: re-reconcile the forwarded pods it selects (their copy of it follows; one
-        deleted or selecting none of them any more is collected by the sweep)."""
+        """A tenant Service changed: re-reconcile the forwarded pods it selects, or all of its namespace's for
+        an ExternalName Service (their copy of it follows; one deleted or selecting none of them any more is
+        collected by the sweep)."""
         self.pods.copies.on_tenant_service(event, svc)
         if event == "SYNC" or not self.caches.synced():
             return
         ns, selector = svc["metadata"]["namespace"], (svc.get("spec") or {}).get("selector")
+        alias = is_alias(svc)  # selects none, but every pod of its namespace may look it up
         for pod in list(self.caches.tenant_pods.store.values()):
             meta = pod["metadata"]
             if meta["namespace"] == ns and pod.get("spec", {}).get("nodeName") == self.b.node \
-                    and selects(selector, meta.get("labels")):
+                    and (alias or selects(selector, meta.get("labels"))):
                 self.pods.queue.add(f"{ns}/{meta['name']}")
 
     # --------------------------------------------------------------- events

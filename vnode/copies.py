@@ -22,6 +22,7 @@ from vnode.translate import (
     compute_service,
     content_digest,
     copy_of,
+    is_alias,
     needs_of,
     selects,
     spec_digest,
@@ -76,7 +77,7 @@ class Copies:
                 await self._upsert(kind, obj, dst)
         if needs.subdomain:
             await self._service(ns, needs.subdomain)
-        for svc in self.services_selecting(pod):
+        for svc in [*self.services_selecting(pod), *self.aliases_in(ns)]:
             if svc["metadata"]["name"] != needs.subdomain:  # that one is its subdomain's, above
                 await self._copy_service(svc)
         if needs.token is not None:
@@ -127,6 +128,10 @@ class Copies:
         return [svc for svc in list(self.services_in.get(meta["namespace"], {}).values())
                 if selects((svc.get("spec") or {}).get("selector"), meta.get("labels"))]
 
+    def aliases_in(self, ns: str) -> list[Obj]:
+        """The tenant's ExternalName Services of namespace ``ns`` (each of its pods may look them up)."""
+        return [svc for svc in list(self.services_in.get(ns, {}).values()) if is_alias(svc)]
+
     async def _copy_service(self, svc: Obj) -> None:
         """Create or update the compute copy of a tenant Service (vnode/translate.py ``compute_service``). A copy
         the compute API refuses is logged and left: the pod runs without it, as beside a broken Service."""
@@ -150,8 +155,8 @@ class Copies:
                 return
             if naming.SUBDOMAIN_LABEL in (have["spec"].get("selector") or {}):
                 return  # made for pods of that subdomain, which it must keep choosing (``_service``)
-            if (have["spec"].get("clusterIP") == "None") != (want["spec"].get("clusterIP") == "None"):
-                await self.compute.delete(f"{url}/{name}")  # headless or not cannot change in place
+            if _service_form(have) != _service_form(want):
+                await self.compute.delete(f"{url}/{name}")  # headless, alias or not cannot change in place
                 cache.store.pop(key, None)
                 cache.remember(await self.compute.create(url, want))
                 return
@@ -223,12 +228,15 @@ class Copies:
                 used["services"].add(needs.subdomain)
             labels = pod["metadata"].get("labels") or {}
             labels_in.setdefault(labels.get(naming.UPSTREAM_NS_LABEL, ""), []).append(labels)
-        for svc in list(self.caches.compute_services.store.values()):  # copies of Services that select pods
+        for svc in list(self.caches.compute_services.store.values()):  # copies of Services its pods use
             meta, selector = svc["metadata"], (svc.get("spec") or {}).get("selector") or {}
             ns = (meta.get("labels") or {}).get(naming.UPSTREAM_NS_LABEL, "")
             upstream = f"{ns}/{(meta.get('annotations') or {}).get(naming.UPSTREAM_NAME_ANNOTATION)}"
-            if (naming.SUBDOMAIN_LABEL not in selector and upstream in self.caches.tenant_services.store
-                    and any(selects(selector, labels) for labels in labels_in.get(ns, ()))):
+            tenant_svc = self.caches.tenant_services.store.get(upstream)
+            if tenant_svc is None or naming.SUBDOMAIN_LABEL in selector:
+                continue
+            if (is_alias(tenant_svc) and is_alias(svc) and ns in labels_in) or \
+                    any(selects(selector, labels) for labels in labels_in.get(ns, ())):
                 used["services"].add(meta["name"])
         deleted = 0
         now = time.time()
@@ -249,6 +257,12 @@ class Copies:
                 metrics.GC_DELETED.labels(plural).inc()
                 deleted += 1
         return deleted
+
+
+def _service_form(svc: Obj) -> str:
+    """What a Service is that an update cannot change: an alias (ExternalName), headless, or with a cluster IP."""
+    spec = svc.get("spec") or {}
+    return "alias" if is_alias(svc) else "headless" if spec.get("clusterIP") == "None" else "clusterIP"
 
 
 def _optional_refs(pod: Obj) -> set[str]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import structlog
-from dnslib import AAAA, QTYPE, RCODE, RR, A, DNSError, DNSRecord
+from dnslib import AAAA, CNAME, QTYPE, RCODE, RR, A, DNSError, DNSRecord
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from ferry.health import make_app
@@ -37,6 +37,7 @@ log = structlog.get_logger("ferry.dns")
 TTL = 5  # seconds: a peer that restarts elsewhere is found again soon
 ANSWERS_CACHED = 50_000  # packed answers kept at most (the cache starts again when full)
 ADDRESS_TYPES = {QTYPE.A: (A, 4), QTYPE.AAAA: (AAAA, 6)}
+ALIAS_HOPS = 8  # ExternalName Services naming each other: a loop ends here, as a SERVFAIL
 
 REGISTRY = CollectorRegistry()
 QUERIES = Counter("kube_ferry_dns_queries_total", "Queries by how they were served: answered (a tenant's peer), "
@@ -61,7 +62,7 @@ def slim_service(svc: Obj) -> Obj:
     notes = meta.get("annotations") or {}
     return {"metadata": {**{k: meta[k] for k in META if k in meta},
                          "annotations": {k: v for k, v in notes.items() if k == naming.UPSTREAM_NAME_ANNOTATION}},
-            "spec": {k: spec[k] for k in ("clusterIP", "selector") if k in spec}}
+            "spec": {k: spec[k] for k in ("clusterIP", "selector", "type", "externalName") if k in spec}}
 
 
 def reply_for(index: PeerIndex, zone: str, source_ip: str, query: DNSRecord) -> DNSRecord | None:
@@ -73,12 +74,17 @@ def reply_for(index: PeerIndex, zone: str, source_ip: str, query: DNSRecord) -> 
     if ips is None:
         return None
     reply = query.reply()  # authoritative for the name: no address of the other family is NOERROR, no records
+    add_addresses(reply, q.qname, q.qtype, ips)
+    return reply
+
+
+def add_addresses(reply: DNSRecord, rname: Any, qtype: int, ips: list[str]) -> None:
+    """``rname``'s addresses among ``ips`` of the type asked (A, AAAA, or both for ANY)."""
     for ip in ips:
         family = 6 if ":" in ip else 4
-        for qtype, (rdata, fam) in ADDRESS_TYPES.items():
-            if fam == family and q.qtype in (qtype, QTYPE.ANY):
-                reply.add_answer(RR(q.qname, qtype, rdata=rdata(ip), ttl=TTL))
-    return reply
+        for atype, (rdata, fam) in ADDRESS_TYPES.items():
+            if fam == family and qtype in (atype, QTYPE.ANY):
+                reply.add_answer(RR(rname, atype, rdata=rdata(ip), ttl=TTL))
 
 
 class PeerDNS:
@@ -121,6 +127,10 @@ class PeerDNS:
         if query.header.qr or not query.questions:
             QUERIES.labels("malformed").inc()
             return None
+        aliased = await self._alias_reply(query, source_ip, tcp)
+        if aliased is not None:  # not cached: its last part may come from the upstream
+            QUERIES.labels("answered").inc()
+            return bytes(aliased.pack())
         reply = reply_for(self.index, self.zone, source_ip, query)
         if reply is not None:
             QUERIES.labels("answered").inc()
@@ -130,12 +140,7 @@ class PeerDNS:
                     self._answers.clear()
                 self._answers[key] = packed[2:]
             return packed
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                relayed = await (self._relay_tcp(data) if tcp else self._udp.ask(data))
-        except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
-            log.debug("relay failed", upstream=self.upstream, error=str(exc) or type(exc).__name__)
-            relayed = None
+        relayed = await self._relay(data, tcp)
         if relayed is None:
             QUERIES.labels("failed").inc()
             fail = query.reply()
@@ -143,6 +148,50 @@ class PeerDNS:
             return bytes(fail.pack())
         QUERIES.labels("relayed").inc()
         return relayed
+
+    async def _relay(self, data: bytes, tcp: bool) -> bytes | None:
+        """The upstream's reply to a query message; None when it gave none in time."""
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return await (self._relay_tcp(data) if tcp else self._udp.ask(data))
+        except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
+            log.debug("relay failed", upstream=self.upstream, error=str(exc) or type(exc).__name__)
+            return None
+
+    async def _alias_reply(self, query: DNSRecord, source_ip: str, tcp: bool) -> DNSRecord | None:
+        """The answer for a name of one of the asking tenant's ExternalName Services, as the cluster DNS gives
+        it: its CNAME (and those of any of the tenant's aliases it names in turn), then the addresses of the
+        last name, from the index when it is the tenant's, else from the upstream. None: not such a name."""
+        q = query.q
+        name = str(q.qname)
+        target = self.index.alias_of(source_ip, name, self.zone) if q.qclass == 1 else None
+        if target is None:
+            return None
+        reply = query.reply()
+        for _ in range(ALIAS_HOPS):
+            reply.add_answer(RR(name, QTYPE.CNAME, rdata=CNAME(target), ttl=TTL))
+            name, target = target, self.index.alias_of(source_ip, target, self.zone)
+            if target is None:
+                break
+        else:
+            reply.header.rcode = RCODE.SERVFAIL
+            return reply
+        if q.qtype not in (QTYPE.A, QTYPE.AAAA, QTYPE.ANY):
+            return reply
+        ips = self.index.answer(source_ip, name, self.zone)
+        if ips is not None:
+            add_addresses(reply, name, q.qtype, ips)
+            return reply
+        question = DNSRecord.question(name, QTYPE[q.qtype])
+        try:
+            got = DNSRecord.parse(await self._relay(bytes(question.pack()), tcp) or b"")
+        except (DNSError, IndexError, ValueError, struct.error):  # no reply in time, or garbage
+            reply.header.rcode = RCODE.SERVFAIL
+            return reply
+        for rr in got.rr:
+            reply.add_answer(rr)
+        reply.header.rcode = got.header.rcode
+        return reply
 
     def close(self) -> None:
         if self._udp.transport is not None:

@@ -88,6 +88,7 @@ class _Service:
     namespace: str  # the copy's compute namespace
     cluster_ip: str | None
     selector: Labels
+    alias: str | None = None  # an ExternalName Service's other name (its CNAME)
 
 
 def _service(svc: Obj) -> _Service | None:
@@ -98,8 +99,9 @@ def _service(svc: Obj) -> _Service | None:
     if not tenant or not ns or not name or meta.get("deletionTimestamp"):
         return None
     ip = spec.get("clusterIP")
+    alias = str(spec.get("externalName") or "").rstrip(".").lower() if spec.get("type") == "ExternalName" else None
     return _Service((tenant, ns, name.lower()), meta.get("namespace", ""), None if ip in (None, "", "None") else ip,
-                    tuple(sorted((spec.get("selector") or {}).items())))
+                    tuple(sorted((spec.get("selector") or {}).items())), alias or None)
 
 
 class PeerIndex:
@@ -174,6 +176,16 @@ class PeerIndex:
         ips = self._peers.get((tenant, name.namespace, sub, name.host))
         return sorted(set(ips.values())) if ips else None
 
+    def alias_of(self, source_ip: str, qname: str, zone: str) -> str | None:
+        """The other name that ``qname`` stands for, when it names an ExternalName Service of the asking
+        tenant (``ferry dns`` answers its CNAME); None otherwise."""
+        tenant = self.tenant_of(source_ip)
+        name = parse(qname, zone)
+        if tenant is None or not isinstance(name, ServiceName):
+            return None
+        copies = self._by_name.get((tenant, name.namespace, name.service))
+        return next(iter(copies.values())).alias if copies else None
+
     def _service_ips(self, tenant: str, name: ServiceName) -> list[str] | None:
         """A copied Service's cluster IP, or a headless one's pods (of its tenant and compute namespace, as
         its selector chooses them)."""
@@ -181,6 +193,8 @@ class PeerIndex:
         if not copies:
             return None
         svc = next(iter(copies.values()))
+        if svc.alias is not None:
+            return None  # a name for another name, not for addresses (``alias_of``)
         if svc.cluster_ip is not None:
             return [svc.cluster_ip]
         wanted = set(svc.selector)

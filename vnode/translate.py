@@ -319,6 +319,12 @@ def copy_of(obj: Obj, b: Bridge, kind: str) -> Obj:
     return out
 
 
+def is_alias(svc: Obj) -> bool:
+    """An ExternalName Service: a name for another name (``spec.externalName``), selecting no pods. Its
+    namespace's bridged pods need it copied all the same, so that ``ferry dns`` answers its CNAME."""
+    return (svc.get("spec") or {}).get("type") == "ExternalName"
+
+
 def selects(selector: dict[str, str] | None, labels: dict[str, str] | None) -> bool:
     """A Service's selector chooses a pod with these labels (an empty selector chooses none: such a Service
     has endpoints of its own, which nothing here copies)."""
@@ -330,9 +336,12 @@ def compute_service(svc: Obj, b: Bridge) -> Obj:
     (`ferry dns`) and routes to their compute pods: the same ports, the compute pods it selects (tenant
     labels are kept on them) and only this tenant's, of the Service's namespace. A cluster IP of its own,
     or none where the tenant's Service is headless; NodePort and LoadBalancer become ClusterIP (the
-    tenant's clients do not reach the compute cluster's nodes)."""
+    tenant's clients do not reach the compute cluster's nodes). An ExternalName Service stays one."""
     meta, spec = svc["metadata"], svc.get("spec", {})
     ns = meta["namespace"]
+    copied = {"apiVersion": "v1", "kind": "Service", "metadata": _copy_metadata(b, ns, meta["name"], "Service")}
+    if is_alias(svc):  # the same name for the same other name
+        return {**copied, "spec": {"type": "ExternalName", "externalName": spec.get("externalName", "")}}
     out: Obj = {"type": "ClusterIP",
                 "selector": {**spec["selector"], naming.TENANT_LABEL: b.tenant, naming.UPSTREAM_NS_LABEL: ns},
                 "ports": [{k: p[k] for k in ("name", "port", "protocol", "targetPort", "appProtocol") if k in p}
@@ -340,8 +349,7 @@ def compute_service(svc: Obj, b: Bridge) -> Obj:
                 "publishNotReadyAddresses": bool(spec.get("publishNotReadyAddresses"))}
     if spec.get("clusterIP") == "None":
         out["clusterIP"] = "None"
-    return {"apiVersion": "v1", "kind": "Service", "metadata": _copy_metadata(b, ns, meta["name"], "Service"),
-            "spec": out}
+    return {**copied, "spec": out}
 
 
 def subdomain_service(ns: str, subdomain: str, upstream: Obj | None, b: Bridge) -> Obj:

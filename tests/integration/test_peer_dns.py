@@ -11,7 +11,7 @@ import urllib.request
 from typing import Any
 
 import pytest
-from dnslib import RCODE, DNSRecord
+from dnslib import QTYPE, RCODE, DNSRecord
 from kubernetes_asyncio import client
 
 from ferry.cluster.planes import ControlPlanes
@@ -150,6 +150,41 @@ async def test_a_tenant_services_name_resolves_and_routes_to_the_compute_pods_it
     await core.delete_namespaced_service("head-svc", tenant_ns)
     await eventually(lambda: _gone(ccore, copy_name), timeout=60, what="the copy collected")
     await eventually(lambda: _resolves(peer_dns, worker, "head-svc", None), timeout=10, what="head-svc relayed")
+
+
+async def test_an_external_name_service_is_copied_for_its_namespaces_pods_and_answers_its_cname(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str, peer_dns: PeerDNS) -> None:
+    """A tenant's ExternalName Service (a database outside, a Service of another namespace) selects no pod,
+    but every pod of its namespace may look it up: it is copied for them, `ferry dns` answers its CNAME as the
+    cluster's DNS does, a change follows, and deleted upstream the copy goes."""
+    core, ccore = client.CoreV1Api(tenant_api), client.CoreV1Api(compute_api)
+    await core.create_namespaced_service(tenant_ns, {"metadata": {"name": "db"}, "spec": {
+        "type": "ExternalName", "externalName": "pg.example.com"}})
+    body = peer("app")
+    body["spec"].pop("subdomain")
+    await core.create_namespaced_pod(tenant_ns, body)
+    app = (await eventually(lambda: running_copies(compute_api, tenant_ns, 1), timeout=60, what="app running"))["app"]
+    copy_name = naming.compute_name("tenant-1", tenant_ns, "db")
+
+    async def copy_names(target: str) -> bool:
+        found = [s for s in (await ccore.list_namespaced_service("tenant-1")).items if s.metadata.name == copy_name]
+        return bool(found) and found[0].spec.type == "ExternalName" and found[0].spec.external_name == target
+
+    async def cname(target: str) -> bool:  # the world's name is relayed, here to an upstream that never answers
+        for name in (f"db.{tenant_ns}.svc.{ZONE}.", f"DB.{tenant_ns}.svc.{ZONE}."):
+            reply = await peer_dns.handle(DNSRecord.question(name).pack(), app.status.pod_ip)
+            got = DNSRecord.parse(reply or b"")
+            if [(QTYPE[r.rtype], str(r.rdata)) for r in got.rr] != [("CNAME", f"{target}.")]:
+                return False
+        return True
+
+    await eventually(lambda: copy_names("pg.example.com"), timeout=30, what="the ExternalName Service copied")
+    await eventually(lambda: cname("pg.example.com"), timeout=10, what="db's CNAME from the app's pod")
+    await core.patch_namespaced_service("db", tenant_ns, {"spec": {"externalName": "pg-2.example.com"}})
+    await eventually(lambda: copy_names("pg-2.example.com"), timeout=30, what="the copy following the change")
+    await eventually(lambda: cname("pg-2.example.com"), timeout=10, what="the new CNAME")
+    await core.delete_namespaced_service("db", tenant_ns)
+    await eventually(lambda: _gone(ccore, copy_name), timeout=60, what="the copy collected")
 
 
 async def _resolves(dns: PeerDNS, pod: Any, name: str, want: list[str] | None) -> bool:

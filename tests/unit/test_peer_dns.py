@@ -15,7 +15,7 @@ from dnslib import QTYPE, RCODE, RR, A, DNSRecord
 from vnode import naming
 from vnode.dnsserver import QUERIES, PeerDNS, bind_udp_and_tcp, serve, slim_pod, slim_service
 from vnode.peernames import PeerIndex, PeerName, ServiceName, parse
-from vnode.translate import Bridge, compute_pod, compute_service, selects
+from vnode.translate import Bridge, compute_pod, compute_service, is_alias, selects
 
 ZONE = "cluster.local"
 
@@ -142,6 +142,29 @@ def test_a_services_copy_selects_its_tenants_pods_of_its_namespace_on_the_same_p
                        "spec": {"containers": [{"name": "c", "image": "i"}]}}, B)
     assert selects(copy["spec"]["selector"], pod["metadata"]["labels"]), "the copy selects the pod's copy"
     assert not selects({}, {"app": "ray"}) and not selects({"app": "x"}, {"app": "ray"})
+
+
+def alias_copy(tenant: str, ns: str, name: str, external_name: str) -> dict[str, Any]:
+    """A vnode's compute copy of tenant ExternalName Service ``ns/name``."""
+    return compute_service({"metadata": {"name": name, "namespace": ns},
+                            "spec": {"type": "ExternalName", "externalName": external_name}},
+                           Bridge(tenant=tenant, node=f"ferry-{tenant}", namespace=tenant, queue=tenant))
+
+
+def test_an_external_name_services_copy_is_the_same_alias_and_names_no_addresses() -> None:
+    copy = alias_copy("t1", "ml", "db", "pg.example.com")
+    assert copy["metadata"]["name"] == naming.compute_name("t1", "ml", "db")
+    assert copy["spec"] == {"type": "ExternalName", "externalName": "pg.example.com"}
+    assert is_alias(copy) and not is_alias(copied_service("t1", "ml", "head", {"a": "b"}))
+    index = PeerIndex()
+    pod = bridged("t1", "ml", "w-0", "10.0.0.1")
+    index.update(key(pod), pod)
+    slim = slim_service(copy)
+    index.update_service(key(slim), slim)
+    assert index.alias_of("10.0.0.1", "DB.ml.svc.cluster.local.", ZONE) == "pg.example.com"
+    assert index.answer("10.0.0.1", "db.ml.svc.cluster.local.", ZONE) is None, "not every pod of its namespace"
+    assert index.alias_of("10.0.0.9", "db.ml.svc.cluster.local.", ZONE) is None, "not a pod of the tenant"
+    assert index.alias_of("10.0.0.1", "w-0.job.ml.svc.cluster.local.", ZONE) is None
 
 
 def test_the_cached_service_keeps_only_what_the_index_reads() -> None:
@@ -306,6 +329,46 @@ async def test_the_server_answers_over_tcp(server: tuple[int, int]) -> None:
                 assert len(reply.rr) == 40 and size > 512 and reply.header.id == DNSRecord.parse(query).header.id
     finally:
         writer.close()
+
+
+async def test_an_external_name_is_its_cname_then_the_addresses_of_what_it_names(server: tuple[int, int]) -> None:
+    """As the cluster DNS answers an ExternalName Service: the CNAME, then the addresses of the name it gives,
+    the tenant's own (through its other aliases too) from the index, any other from the upstream."""
+    _, up_port = server
+    index = PeerIndex()
+    asker, head = bridged("t1", "ml", "w-0", "10.0.0.1"), bridged("t1", "ml", "head-0", "10.0.0.2")
+    for pod in (asker, head, bridged("t2", "ml", "w-0", "10.0.0.9")):
+        index.update(key(pod), pod)
+    for svc in (copied_service("t1", "ml", "head-svc", {"role": "head"}, cluster_ip="10.96.7.7"),
+                alias_copy("t1", "ml", "db", "pg.example.com"),
+                alias_copy("t1", "ml", "head", "head-svc.ml.svc.cluster.local"),
+                alias_copy("t1", "ml", "primary", "head.ml.svc.cluster.local."),
+                alias_copy("t1", "ml", "a", "b.ml.svc.cluster.local"),
+                alias_copy("t1", "ml", "b", "a.ml.svc.cluster.local")):
+        index.update_service(key(svc), svc)
+    dns = PeerDNS(index, ZONE, ("127.0.0.1", up_port), timeout_s=0.5)
+
+    async def records(source: str, name: str, qtype: str = "A") -> tuple[int, list[tuple[str, str, str]]]:
+        reply = await dns.handle(DNSRecord.question(name, qtype).pack(), source)
+        assert reply is not None
+        got = DNSRecord.parse(reply)
+        return got.header.rcode, [(str(r.rname), QTYPE[r.rtype], str(r.rdata)) for r in got.rr]
+
+    try:
+        assert await records("10.0.0.1", "db.ml.svc.cluster.local") == (RCODE.NOERROR, [
+            ("db.ml.svc.cluster.local.", "CNAME", "pg.example.com."), ("pg.example.com.", "A", "10.96.0.1")])
+        assert await records("10.0.0.1", "primary.ml.svc.cluster.local") == (RCODE.NOERROR, [
+            ("primary.ml.svc.cluster.local.", "CNAME", "head.ml.svc.cluster.local."),
+            ("head.ml.svc.cluster.local.", "CNAME", "head-svc.ml.svc.cluster.local."),
+            ("head-svc.ml.svc.cluster.local.", "A", "10.96.7.7")])
+        assert await records("10.0.0.1", "db.ml.svc.cluster.local", "TXT") == (RCODE.NOERROR, [
+            ("db.ml.svc.cluster.local.", "CNAME", "pg.example.com.")]), "other types: the CNAME alone"
+        rcode, loop = await records("10.0.0.1", "a.ml.svc.cluster.local")
+        assert rcode == RCODE.SERVFAIL and len(loop) == 8, "two aliases naming each other end"
+        assert await records("10.0.0.9", "db.ml.svc.cluster.local") == (RCODE.NOERROR, [
+            ("db.ml.svc.cluster.local.", "A", "10.96.0.1")]), "t1's alias is not t2's: relayed as it came"
+    finally:
+        dns.close()
 
 
 async def test_port_0_picks_again_while_tcp_finds_the_udp_port_taken(monkeypatch: pytest.MonkeyPatch) -> None:
