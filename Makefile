@@ -24,9 +24,9 @@ venv: $(STAMP)
 binaries: $(STAMP)
 	$(BIN)/ferry binaries
 
-## The full test run: lint, unit and integration tests on real control planes.
+## The full test run: lint, unit and integration tests on real control planes (the 15 slowest listed).
 test: binaries lint
-	$(BIN)/pytest -q -ra
+	$(BIN)/pytest -q -ra --durations=15
 
 test-unit: $(STAMP)
 	$(BIN)/pytest -q -ra -m "not integration"
