@@ -35,7 +35,7 @@ from ferry.kube.informer import Informer, Obj, key_of
 from ferry.kube.rest import Rest, path
 from scheduler.core.balance import node_imbalance
 from scheduler.core.decisions import Bind, CancelEviction, CycleResult, Evict, JobStatus, NotifyWillEvict, Shrink
-from scheduler.core.model import Queue
+from scheduler.core.model import Queue, ReplicaPhase
 from scheduler.core.scheduler import CYCLE_PERIOD_S, Scheduler, SchedulerConfig
 from scheduler.service import metrics
 from scheduler.service.accounting import Accountant
@@ -639,12 +639,22 @@ class SchedulerService:
         await write
 
     async def _write_explanation(self, snap: Snapshot, job: str, reason: str, message: str, event: bool) -> None:
+        """Why a job waits, on its pods that wait (an Event each) and on its PodGroup. A gang that runs with
+        more members than its minimum (Volcano's ``minAvailable`` below its replicas) keeps its phase: only
+        its unbound members wait, and only they are told so."""
         writes: list[Awaitable[Any]] = []
+        model = snap.cluster.jobs.get(job)
+        started = model is not None and model.phase.holds_resources
+        placed = {(r.task, r.index) for r in model.replicas if r.phase is not ReplicaPhase.PENDING} \
+            if model is not None and started else set()  # the model's word: a binding may still be in flight
         if event:
-            for pod in snap.pods_of.get(job, {}).values():
+            for replica, pod in snap.pods_of.get(job, {}).items():
+                if replica in placed:
+                    continue
                 writes.append(self._repeated_event(job, pod, "FailedScheduling" if reason != "Waiting" else "Waiting",
                                                    message))
-        writes.append(self._job_status(snap, job, "Pending", "Scheduled", "False", reason, message))
+        if not started:
+            writes.append(self._job_status(snap, job, "Pending", "Scheduled", "False", reason, message))
         await asyncio.gather(*writes)
 
     async def _event(self, obj: Obj, etype: str, reason: str, message: str) -> None:

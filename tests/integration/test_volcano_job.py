@@ -208,3 +208,43 @@ async def test_a_preempted_vcjob_restarts_whole_and_runs_again(
         status = (await _job(jobs, tenant2_ns, "pi"))["status"]
         assert status.get("retryCount", 0) >= 1 and status["state"]["phase"] == "Running", status
         await jobs.delete_namespaced_custom_object(*BATCH, tenant2_ns, "jobs", "pi")
+
+
+@pytest.mark.usefixtures("volcano_jobs")
+async def test_a_vcjob_whose_minimum_is_below_its_replicas_runs_its_minimum_and_the_rest_wait(
+        tenant2_api: client.ApiClient, compute_api: client.ApiClient, tenant2_ns: str) -> None:
+    """``minAvailable`` below the replicas (a master and 3 workers of 4 GPUs, minimum 3, on a node of 8):
+    the gang starts with its minimum, the job and its PodGroup run, and only the worker left over waits,
+    told why; the running pods are not told they wait."""
+    tcore, jobs = client.CoreV1Api(tenant2_api), client.CustomObjectsApi(tenant2_api)
+    async with reserved_node(compute_api, tenant2_ns):
+        body = vcjob("part", 3, gpus=4, master_runs="600s", node_selector={"ferry-test": tenant2_ns})
+        body["spec"]["minAvailable"] = 3
+        await jobs.create_namespaced_custom_object(*BATCH, tenant2_ns, "jobs", body)
+
+        async def split() -> tuple[list[str], list[str]] | None:
+            pods = (await tcore.list_namespaced_pod(tenant2_ns)).items
+            running = sorted(p.metadata.name for p in pods if p.status.phase == "Running")
+            waiting = sorted(p.metadata.name for p in pods if p.status.phase == "Pending")
+            return (running, waiting) if len(running) == 3 and len(waiting) == 1 else None
+
+        running, waiting = await eventually(split, timeout=90, what="3 pods Running and 1 waiting")
+        assert "part-master-0" in running and waiting[0].startswith("part-worker-"), (running, waiting)
+
+        async def told(name: str) -> list[str]:
+            evs = (await tcore.list_namespaced_event(
+                tenant2_ns, field_selector=f"involvedObject.name={name},reason=FailedScheduling")).items
+            return [e.message for e in evs]
+
+        await eventually(lambda: told(waiting[0]), timeout=30, what="the waiting worker told why")
+
+        async def group_running() -> bool:
+            groups = await jobs.list_namespaced_custom_object("scheduling.volcano.sh", "v1beta1", tenant2_ns,
+                                                                "podgroups")
+            return [g.get("status", {}).get("phase") for g in groups["items"]] == ["Running"]
+
+        await eventually(group_running, timeout=30, what="the PodGroup Running")
+        assert (await _job(jobs, tenant2_ns, "part"))["status"]["state"]["phase"] == "Running"
+        for name in running:
+            assert await told(name) == [], name
+        await jobs.delete_namespaced_custom_object(*BATCH, tenant2_ns, "jobs", "part")
