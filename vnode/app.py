@@ -30,7 +30,7 @@ from vnode.events import Backlog, Recorder
 from vnode.kubelet import KubeletAPI, ssl_context
 from vnode.node import VirtualNode
 from vnode.pods import PodReconciler
-from vnode.translate import is_alias, needs_of, selects
+from vnode.translate import needs_of, used_by
 from vnode.volumes import Volumes
 
 Obj = dict[str, Any]
@@ -115,12 +115,11 @@ class Vnode:
         self.pods.copies.on_tenant_service(event, svc)
         if event == "SYNC" or not self.caches.synced():
             return
-        ns, selector = svc["metadata"]["namespace"], (svc.get("spec") or {}).get("selector")
-        alias = is_alias(svc)  # selects none, but every pod of its namespace may look it up
+        ns = svc["metadata"]["namespace"]
         for pod in list(self.caches.tenant_pods.store.values()):
             meta = pod["metadata"]
             if meta["namespace"] == ns and pod.get("spec", {}).get("nodeName") == self.b.node \
-                    and (alias or selects(selector, meta.get("labels"))):
+                    and used_by(svc, meta.get("labels")):
                 self.pods.queue.add(f"{ns}/{meta['name']}")
 
     # --------------------------------------------------------------- events

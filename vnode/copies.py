@@ -28,6 +28,7 @@ from vnode.translate import (
     spec_digest,
     subdomain_service,
     token_secret_name,
+    used_by,
 )
 
 Obj = dict[str, Any]
@@ -77,7 +78,7 @@ class Copies:
                 await self._upsert(kind, obj, dst)
         if needs.subdomain:
             await self._service(ns, needs.subdomain)
-        for svc in [*self.services_selecting(pod), *self.aliases_in(ns)]:
+        for svc in self.services_for(pod):
             if svc["metadata"]["name"] != needs.subdomain:  # that one is its subdomain's, above
                 await self._copy_service(svc)
         if needs.token is not None:
@@ -122,15 +123,11 @@ class Copies:
             if status_of(exc) != 409:
                 raise
 
-    def services_selecting(self, pod: Obj) -> list[Obj]:
-        """The tenant Services of the pod's namespace whose selector chooses it."""
+    def services_for(self, pod: Obj) -> list[Obj]:
+        """The tenant Services of the pod's namespace that its copy needs (translate.py ``used_by``)."""
         meta = pod["metadata"]
         return [svc for svc in list(self.services_in.get(meta["namespace"], {}).values())
-                if selects((svc.get("spec") or {}).get("selector"), meta.get("labels"))]
-
-    def aliases_in(self, ns: str) -> list[Obj]:
-        """The tenant's ExternalName Services of namespace ``ns`` (each of its pods may look them up)."""
-        return [svc for svc in list(self.services_in.get(ns, {}).values()) if is_alias(svc)]
+                if used_by(svc, meta.get("labels"))]
 
     async def _copy_service(self, svc: Obj) -> None:
         """Create or update the compute copy of a tenant Service (vnode/translate.py ``compute_service``). A copy

@@ -331,6 +331,12 @@ def selects(selector: dict[str, str] | None, labels: dict[str, str] | None) -> b
     return bool(selector) and all((labels or {}).get(k) == v for k, v in (selector or {}).items())
 
 
+def used_by(svc: Obj, labels: dict[str, str] | None) -> bool:
+    """A pod with these labels needs the tenant Service copied: its selector chooses the pod, or it is an
+    ExternalName Service, which any pod of its namespace may look up."""
+    return is_alias(svc) or selects((svc.get("spec") or {}).get("selector"), labels)
+
+
 def compute_service(svc: Obj, b: Bridge) -> Obj:
     """The compute copy of a tenant Service that selects pods of this vnode, so that a Service name resolves
     (`ferry dns`) and routes to their compute pods: the same ports, the compute pods it selects (tenant
