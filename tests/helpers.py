@@ -147,12 +147,19 @@ async def replacements(core: client.CoreV1Api, ns: str, first: list[Any], count:
 @asynccontextmanager
 async def reserved_node(compute_api: client.ApiClient, label: str) -> AsyncIterator[str]:
     """A free kwok GPU node of the compute cluster labelled ``ferry-test=<label>`` for the block: only pods
-    that select the label go there (binpacking fills the lowest names, so it is the highest)."""
+    that select the label go there (binpacking fills the lowest names, so it is the highest). An earlier
+    test's pods may still be leaving it: the block starts once they are gone."""
     core = client.CoreV1Api(compute_api)
     nodes = (await core.list_node(label_selector="type=kwok,!ferry-test")).items
     node = sorted(n.metadata.name for n in nodes if not n.spec.unschedulable)[-1]
     await core.patch_node(node, {"metadata": {"labels": {"ferry-test": label}}})
+
+    async def free() -> bool:
+        pods = (await core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}")).items
+        return all(p.status.phase in ("Succeeded", "Failed") for p in pods)
+
     try:
+        await eventually(free, timeout=60, what=f"{node} free of an earlier test's pods")
         yield node
     finally:
         await core.patch_node(node, {"metadata": {"labels": {"ferry-test": None}}})
