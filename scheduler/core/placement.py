@@ -171,6 +171,16 @@ class Placer:
                 return free
         return 0
 
+    def max_free_whole_for(self, req: Request) -> int:
+        """The most free whole GPUs on one schedulable node that ``req`` may use (its node selector and GPU
+        models): what a request bound to a few nodes waits for, not the whole cluster's largest block. A
+        walk over the nodes, so only for such a request; any other gets :meth:`max_free_whole`."""
+        if not req.selector and not req.models:
+            return self.max_free_whole()
+        return max((n.free_whole for n in self.cluster.nodes.values()
+                    if n.schedulable and (not req.models or n.model in req.models)
+                    and all(n.labels.get(k) == v for k, v in req.selector)), default=0)
+
     # ----------------------------------------------------------- accounting
     def bind(self, job: Job, replica: Replica, node_name: str, devices: tuple[int, ...], strict: bool = True) -> None:
         """Account a replica on a node. ``strict``: a decision, which must fit; otherwise a fact found in the

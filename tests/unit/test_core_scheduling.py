@@ -569,6 +569,24 @@ def test_a_starving_job_holds_only_nodes_its_node_selector_allows() -> None:
     assert c.jobs["picky"].reserved_nodes == ("n3",)
 
 
+def test_a_job_that_selects_nodes_is_told_of_the_room_on_those_nodes() -> None:
+    # the cluster's largest free block (n2, 8) is not one the job may use: it is told of n1's 4
+    nodes = [node("n1", 8), node("n2", 8)]
+    nodes[0].labels["pool"] = "a"
+    c = cluster(nodes)
+    s = scheduler(c)
+    s.submit(gang("half", "default", 1, 4))
+    s.cycle(0)
+    assert c.jobs["half"].replicas[0].node == "n1"  # binpack: the two nodes tie, n1 first by name
+    picky = gang("picky", "default", 1, 8, submit=1)
+    picky.tasks[0].request = dataclasses.replace(picky.tasks[0].request, selector=frozenset({("pool", "a")}))
+    s.submit(picky)
+    s.submit(gang("any", "default", 2, 8, submit=2))
+    reasons = s.reasons(s.cycle(1))
+    assert "largest free block now 4 on the nodes it may use)" in reasons["picky"], reasons["picky"]
+    assert "largest free block now 8)" in reasons["any"], reasons["any"]
+
+
 def test_a_growing_hold_never_takes_a_node_draining_for_another_waiting_gang() -> None:
     # gangs of three and two 8-GPU pods starve behind a filler; a node held for the younger one empties; when
     # the older one's hold doubles it takes busy nodes, not that one (it would undo the younger gang's wait)

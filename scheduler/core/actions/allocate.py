@@ -183,10 +183,15 @@ class Allocate(Action):
             if never is not None:
                 return never
         gpus = sum(r.gpu_total for r in need) / 1000
-        biggest = max((r.gpus for r in need), default=0)
-        largest = self.sched.placer.max_free_whole()
+        biggest = max(need, key=lambda r: r.gpus, default=None)
+        if biggest is None:
+            largest, where = self.sched.placer.max_free_whole(), ""
+        else:  # a replica that selects nodes is told of those nodes' room, not of nodes it may not use
+            largest = self.sched.placer.max_free_whole_for(biggest)
+            where = " on the nodes it may use" if biggest.selector or biggest.models else ""
         msg = (f"{WAITING_FOR_CAPACITY}: gang of {len(need)} replica(s) needs {gpus:g} GPUs all at once "
-               f"(largest replica {biggest} GPU(s) on one node; largest free block now {largest})")
+               f"(largest replica {biggest.gpus if biggest else 0} GPU(s) on one node; "
+               f"largest free block now {largest}{where})")
         if reservations:
             msg += "; some nodes are held for a longer-waiting job"
         return msg
