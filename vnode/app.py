@@ -79,6 +79,7 @@ class Vnode:
         c.tenant_configmaps.on_change = self._dependency_changed("configMap")
         c.tenant_secrets.on_change = self._dependency_changed("secret")
         c.tenant_services.on_change = self._service_changed
+        c.tenant_slices.on_change = self._slice_changed
         c.compute_nodes.on_change = lambda *_: self.node.changed.set()
         c.compute_queues.on_change = lambda *_: self.node.changed.set()
         if self.volumes is not None:
@@ -110,11 +111,22 @@ class Vnode:
 
     def _service_changed(self, event: str, svc: Obj) -> None:
         """A tenant Service changed: re-reconcile the forwarded pods it selects, or all of its namespace's for
-        an ExternalName Service (their copy of it follows; one deleted or selecting none of them any more is
+        one that selects no pods (their copy of it follows; one deleted or selecting none of them any more is
         collected by the sweep)."""
         self.pods.copies.on_tenant_service(event, svc)
-        if event == "SYNC" or not self.caches.synced():
+        if event != "SYNC" and self.caches.synced():
+            self._requeue_users(svc)
+
+    def _slice_changed(self, event: str, es: Obj) -> None:
+        """A hand-made tenant EndpointSlice changed: its Service's users are re-reconciled, which copies it."""
+        of = self.pods.copies.on_tenant_slice(event, es)
+        if of is None or event == "SYNC" or not self.caches.synced():
             return
+        svc = self.pods.copies.services_in.get(of[0], {}).get(of[1])
+        if svc is not None:
+            self._requeue_users(svc)
+
+    def _requeue_users(self, svc: Obj) -> None:
         ns = svc["metadata"]["namespace"]
         for pod in list(self.caches.tenant_pods.store.values()):
             meta = pod["metadata"]

@@ -9,7 +9,7 @@ from typing import Any
 from ferry.kube.informer import Informer
 from ferry.kube.rest import Rest, path
 from vnode import metrics, naming
-from vnode.translate import Bridge
+from vnode.translate import MANAGED_BY_LABEL, SLICE_CONTROLLER, Bridge
 
 Obj = dict[str, Any]
 OnChange = Callable[[str, Obj], None]
@@ -18,6 +18,7 @@ PLUGINS_PG = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
 FERRY_PG = ("scheduling.kubeferry.io", "v1alpha1", "podgroups")
 QUEUES = ("scheduling.kubeferry.io", "v1alpha1", "queues")
 KUEUE_WORKLOADS = "workloads.kueue.x-k8s.io"
+SLICES = ("discovery.k8s.io", "v1", "endpointslices")
 
 
 def slim_event(ev: Obj) -> Obj:
@@ -47,6 +48,9 @@ class Caches:
         self.tenant_secrets = inf("tenant-secrets", tenant, path("", "v1", "secrets"))
         # Services whose selector chooses pods of this node are copied (vnode/copies.py), so their names resolve
         self.tenant_services = inf("tenant-services", tenant, path("", "v1", "services"))
+        # and, for Services without a selector, their hand-made EndpointSlices (not the controller's many)
+        self.tenant_slices = inf("tenant-endpointslices", tenant, path(*SLICES),
+                                 labelSelector=f"{MANAGED_BY_LABEL}!={SLICE_CONTROLLER}")
         self.tenant_groups: dict[str, Informer] = {}
         if "podgroups.scheduling.volcano.sh" in tenant_crds:
             self.tenant_groups["volcano"] = inf("tenant-volcano-podgroups", tenant, path(*VOLCANO_PG))
@@ -58,6 +62,7 @@ class Caches:
         self.compute_secrets = inf("compute-secrets", compute, path("", "v1", "secrets", ns), labelSelector=owned)
         self.compute_services = inf("compute-services", compute, path("", "v1", "services", ns),
                                     labelSelector=owned)
+        self.compute_slices = inf("compute-endpointslices", compute, path(*SLICES, ns), labelSelector=owned)
         self.compute_groups = inf("compute-podgroups", compute, path(*FERRY_PG[:2], "podgroups", ns),
                                   labelSelector=owned)
         # a stream: each Event waits in the app's Backlog until mirrored, none is cached
@@ -79,12 +84,12 @@ class Caches:
     @property
     def tenant_side(self) -> list[Informer]:
         return [self.tenant_pods, self.tenant_unbound, self.tenant_configmaps, self.tenant_secrets,
-                self.tenant_services, *self.tenant_groups.values()]
+                self.tenant_services, self.tenant_slices, *self.tenant_groups.values()]
 
     @property
     def compute_side(self) -> list[Informer]:
         return [self.compute_pods, self.compute_configmaps, self.compute_secrets, self.compute_services,
-                self.compute_groups, self.compute_events, self.compute_nodes, self.compute_queues]
+                self.compute_slices, self.compute_groups, self.compute_events, self.compute_nodes, self.compute_queues]
 
     @property
     def all(self) -> list[Informer]:

@@ -53,6 +53,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "uses the cluster's DNS, so peers resolve by their tenant names (default: none, the "
                         "compute cluster's own DNS)")
     p.add_argument("--cluster-domain", default="cluster.local", help="the tenant cluster's DNS zone")
+    p.add_argument("--tenant-api", type=_optional_host_port,
+                   help="HOST:PORT of the tenant apiserver as compute pods reach it (its certificate must name "
+                        "HOST): their in-cluster clients talk to it, with the tenant token and CA they are given "
+                        "(default: none; such clients find the compute cluster's API, which refuses that token)")
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=run)
 
@@ -75,6 +79,11 @@ def _host_port(text: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
     return host.strip("[]"), int(port)
+
+
+def _optional_host_port(text: str) -> tuple[str, int] | None:
+    """HOST:PORT, or nothing (as a manifest's empty setting passes it)."""
+    return _host_port(text) if text else None
 
 
 def _resolv_conf_nameserver(conf: Path) -> tuple[str, int] | None:
@@ -128,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
             gc_interval_s=args.gc_interval, gc_min_age_s=args.gc_min_age,
             unreachable_after_s=args.unreachable_after, token_refresh_at=args.token_refresh_at,
             storage_class=args.storage_class, compute_storage_class=args.compute_storage_class,
-            dns_server=args.dns_server, cluster_domain=args.cluster_domain,
+            dns_server=args.dns_server, cluster_domain=args.cluster_domain, tenant_api=args.tenant_api,
         )
     except ValidationError as exc:
         err = exc.errors()[0]

@@ -42,6 +42,9 @@ class VnodeConfig(BaseModel):
     # `ferry dns` (vnode/dnsserver.py): the nameserver of compute pods that use the cluster's DNS; empty: none
     dns_server: IPvAnyAddress | None = None
     cluster_domain: str = Field("cluster.local", pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+    # the tenant apiserver's HOST:PORT as compute pods reach it (its certificate must name HOST): their
+    # in-cluster clients are pointed there, to the API whose token they carry; None: not given
+    tenant_api: tuple[str, int] | None = None
 
     @field_validator("dns_server", mode="before")
     @classmethod
@@ -67,4 +70,4 @@ class VnodeConfig(BaseModel):
         return Bridge(tenant=self.tenant, node=self.node, namespace=self.namespace,
                       queue=self.queue or self.tenant, max_priority=self.max_priority,
                       pod_security=self.pod_security, dns_server=str(self.dns_server or ""),
-                      cluster_domain=self.cluster_domain)
+                      cluster_domain=self.cluster_domain, tenant_api=self.tenant_api)

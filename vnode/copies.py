@@ -1,6 +1,8 @@
 """What a pod needs in the compute cluster before it starts: copied ConfigMaps and Secrets, a
 service-account token issued by the tenant cluster, the headless Service behind its subdomain; and the
-tenant Services that select it, copied so that their names resolve and route to compute pods.
+tenant Services that select it, copied so that their names resolve and route to compute pods (with those of
+its namespace that select no pods: ExternalName Services, and Services with hand-made endpoints, whose
+EndpointSlices are copied with them).
 
 Copies are owned by labels and found through the compute caches; they are refreshed when the
 tenant object changes and collected by :meth:`Copies.sweep` once no owned pod references them.
@@ -16,15 +18,19 @@ import structlog
 from ferry.keys import PREFIX
 from ferry.kube.rest import Rest, message_of, path, status_of
 from vnode import metrics, naming, status
-from vnode.caches import Caches
+from vnode.caches import SLICES, Caches
 from vnode.translate import (
+    SERVICE_NAME_LABEL,
     Bridge,
+    compute_endpoint_slice,
     compute_service,
     content_digest,
     copy_of,
+    has_own_endpoints,
     is_alias,
     needs_of,
     selects,
+    slice_digest,
     spec_digest,
     subdomain_service,
     token_secret_name,
@@ -50,6 +56,7 @@ class Copies:
         self.compute = compute
         self.caches = caches
         self.services_in: dict[str, dict[str, Obj]] = {}  # tenant Services by namespace, then name
+        self.slices_of: dict[tuple[str, str], dict[str, Obj]] = {}  # hand-made EndpointSlices by (ns, Service)
 
     def on_tenant_service(self, event: str, svc: Obj) -> None:
         """Keep :attr:`services_in` with the tenant Services' cache (a pod asks only of its namespace)."""
@@ -58,6 +65,22 @@ class Copies:
             self.services_in.get(ns, {}).pop(name, None)
         else:
             self.services_in.setdefault(ns, {})[name] = svc
+
+    def on_tenant_slice(self, event: str, es: Obj) -> tuple[str, str] | None:
+        """Keep :attr:`slices_of` with the tenant's hand-made EndpointSlices' cache; the (namespace, Service)
+        the slice belongs to, if it names one."""
+        meta = es["metadata"]
+        service = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
+        if not service:
+            return None
+        key = (meta["namespace"], service)
+        if event == "DELETED":
+            self.slices_of.get(key, {}).pop(meta["name"], None)
+            if not self.slices_of.get(key, True):
+                del self.slices_of[key]
+        else:
+            self.slices_of.setdefault(key, {})[meta["name"]] = es
+        return key
 
     async def ensure(self, pod: Obj) -> float | None:
         """Make every dependency of ``pod`` exist; returns seconds until its token needs refreshing."""
@@ -130,8 +153,50 @@ class Copies:
                 if used_by(svc, meta.get("labels"))]
 
     async def _copy_service(self, svc: Obj) -> None:
-        """Create or update the compute copy of a tenant Service (vnode/translate.py ``compute_service``). A copy
-        the compute API refuses is logged and left: the pod runs without it, as beside a broken Service."""
+        """Create or update the compute copy of a tenant Service (vnode/translate.py ``compute_service``), and
+        of its EndpointSlices where it has endpoints of its own. A copy the compute API refuses is logged and
+        left: the pod runs without it, as beside a broken Service."""
+        await self._copy_service_object(svc)
+        if has_own_endpoints(svc):
+            await self._copy_slices(svc)
+
+    async def _copy_slices(self, svc: Obj) -> None:
+        """The copies of the tenant EndpointSlices of a Service without a selector, as they are upstream; a
+        copy whose tenant slice is gone is deleted."""
+        meta = svc["metadata"]
+        ns, url, cache = meta["namespace"], path(*SLICES, self.b.namespace), self.caches.compute_slices
+        kept: set[str] = set()
+        for es in list(self.slices_of.get((ns, meta["name"]), {}).values()):
+            want = compute_endpoint_slice(es, self.b)
+            digest = slice_digest(want)
+            want["metadata"]["annotations"][DIGEST_ANNOTATION] = digest
+            name = want["metadata"]["name"]
+            kept.add(name)
+            try:
+                have = cache.store.get(f"{self.b.namespace}/{name}")
+                if have is None:
+                    try:
+                        cache.remember(await self.compute.create(url, want))
+                        continue
+                    except Exception as exc:
+                        if status_of(exc) != 409:
+                            raise
+                        have = await self.compute.get(f"{url}/{name}")
+                if (have["metadata"].get("annotations") or {}).get(DIGEST_ANNOTATION) != digest:
+                    want["metadata"]["resourceVersion"] = have["metadata"]["resourceVersion"]
+                    cache.remember(await self.compute.put(f"{url}/{name}", want), replaces=have)
+            except Exception as exc:
+                if status_of(exc) != 422:
+                    raise
+                log.warning("the compute cluster refused an EndpointSlice's copy", slice=es["metadata"]["name"],
+                            namespace=ns, error=message_of(exc)[:300])
+        service = naming.compute_name(self.b.tenant, ns, meta["name"])
+        for have in list(cache.store.values()):
+            hmeta = have["metadata"]
+            if (hmeta.get("labels") or {}).get(SERVICE_NAME_LABEL) == service and hmeta["name"] not in kept:
+                await self._collect("endpointslices", have)
+
+    async def _copy_service_object(self, svc: Obj) -> None:
         want = compute_service(svc, self.b)
         digest = spec_digest(want)
         want["metadata"]["annotations"][DIGEST_ANNOTATION] = digest
@@ -215,7 +280,8 @@ class Copies:
     async def sweep(self, min_age_s: float) -> int:
         """Delete owned copies that no owned compute pod references any more (only after caches synced)
         and that are older than ``min_age_s`` (copies are made before their pod)."""
-        used: dict[str, set[str]] = {"configmaps": set(), "secrets": set(), "services": set()}
+        used: dict[str, set[str]] = {"configmaps": set(), "secrets": set(), "services": set(),
+                                     "endpointslices": set()}
         labels_in: dict[str, list[dict[str, str]]] = {}  # upstream namespace -> its compute pods' labels
         for pod in list(self.caches.compute_pods.store.values()):
             needs = needs_of(pod)
@@ -232,28 +298,47 @@ class Copies:
             tenant_svc = self.caches.tenant_services.store.get(upstream)
             if tenant_svc is None or naming.SUBDOMAIN_LABEL in selector:
                 continue
-            if (is_alias(tenant_svc) and is_alias(svc) and ns in labels_in) or \
+            namespace_wide = (is_alias(tenant_svc) and is_alias(svc)) or \
+                (has_own_endpoints(tenant_svc) and has_own_endpoints(svc))  # and of the same form
+            if (namespace_wide and ns in labels_in) or \
                     any(selects(selector, labels) for labels in labels_in.get(ns, ())):
                 used["services"].add(meta["name"])
+        for es in list(self.caches.compute_slices.store.values()):  # copies of a used Service's own slices
+            meta = es["metadata"]
+            upstream = f"{(meta.get('labels') or {}).get(naming.UPSTREAM_NS_LABEL, '')}/" \
+                       f"{(meta.get('annotations') or {}).get(naming.UPSTREAM_NAME_ANNOTATION)}"
+            if (meta.get("labels") or {}).get(SERVICE_NAME_LABEL) in used["services"] and \
+                    upstream in self.caches.tenant_slices.store:
+                used["endpointslices"].add(meta["name"])
         deleted = 0
         now = time.time()
         for plural, cache in (("configmaps", self.caches.compute_configmaps.store),
                               ("secrets", self.caches.compute_secrets.store),
-                              ("services", self.caches.compute_services.store)):
+                              ("services", self.caches.compute_services.store),
+                              ("endpointslices", self.caches.compute_slices.store)):
             for obj in list(cache.values()):
                 meta = obj["metadata"]
                 if meta["name"] in used[plural] or now - status.epoch(meta.get("creationTimestamp")) < min_age_s:
                     continue
-                try:
-                    await self.compute.delete(path("", "v1", plural, self.b.namespace, meta["name"]))
-                except Exception as exc:
-                    if status_of(exc) != 404:
-                        log.warning("collecting a copy failed", kind=plural, name=meta["name"], error=str(exc)[:200])
-                        continue
-                cache.pop(f"{self.b.namespace}/{meta['name']}", None)
-                metrics.GC_DELETED.labels(plural).inc()
-                deleted += 1
+                deleted += await self._collect(plural, obj)
         return deleted
+
+    async def _collect(self, plural: str, obj: Obj) -> int:
+        """Delete a copy (1), or log why not (0)."""
+        name = obj["metadata"]["name"]
+        group = SLICES[:2] if plural == "endpointslices" else ("", "v1")
+        base = path(*group, plural, self.b.namespace)
+        try:
+            await self.compute.delete(f"{base}/{name}")
+        except Exception as exc:
+            if status_of(exc) != 404:
+                log.warning("collecting a copy failed", kind=plural, name=name, error=str(exc)[:200])
+                return 0
+        cache = {"configmaps": self.caches.compute_configmaps, "secrets": self.caches.compute_secrets,
+                 "services": self.caches.compute_services, "endpointslices": self.caches.compute_slices}[plural]
+        cache.store.pop(f"{self.b.namespace}/{name}", None)
+        metrics.GC_DELETED.labels(plural).inc()
+        return 1
 
 
 def _service_form(svc: Obj) -> str:

@@ -31,6 +31,7 @@ from ferry.kube.rest import Rest, api_client, path
 from ferry.shutdown import run_until_signalled
 from vnode import naming
 from vnode.peernames import PeerIndex
+from vnode.translate import MANAGED_BY_LABEL, SLICES_MANAGED_BY
 
 Obj = dict[str, Any]
 log = structlog.get_logger("ferry.dns")
@@ -63,6 +64,12 @@ def slim_service(svc: Obj) -> Obj:
     return {"metadata": {**{k: meta[k] for k in META if k in meta},
                          "annotations": {k: v for k, v in notes.items() if k == naming.UPSTREAM_NAME_ANNOTATION}},
             "spec": {k: spec[k] for k in ("clusterIP", "selector", "type", "externalName") if k in spec}}
+
+
+def slim_slice(es: Obj) -> Obj:
+    meta = es.get("metadata", {})
+    return {"metadata": {k: meta[k] for k in META if k in meta},
+            "endpoints": [{k: e[k] for k in ("addresses", "conditions") if k in e} for e in es.get("endpoints") or []]}
 
 
 def reply_for(index: PeerIndex, zone: str, source_ip: str, query: DNSRecord) -> DNSRecord | None:
@@ -351,10 +358,20 @@ def service_informer(lister: Any, index: PeerIndex) -> Informer:
     return Informer("service-copies", lister, on_change=changed, transform=slim_service)
 
 
+def slice_informer(lister: Any, index: PeerIndex) -> Informer:
+    """The vnodes' copies of the EndpointSlices of tenant Services without a selector, fed into ``index``."""
+    def changed(kind: str, es: Obj) -> None:
+        index.update_slice(key_of(es), None if kind == "DELETED" else es)
+
+    return Informer("endpointslice-copies", lister, on_change=changed, transform=slim_slice)
+
+
 def informers(compute: Rest, index: PeerIndex) -> list[Informer]:
-    """What ``ferry dns`` watches: everything the vnodes made, of two kinds, cluster-wide."""
+    """What ``ferry dns`` watches: everything the vnodes made, of three kinds, cluster-wide."""
     return [pod_informer(compute.lister(path("", "v1", "pods"), labelSelector=naming.TENANT_LABEL), index),
-            service_informer(compute.lister(path("", "v1", "services"), labelSelector=naming.TENANT_LABEL), index)]
+            service_informer(compute.lister(path("", "v1", "services"), labelSelector=naming.TENANT_LABEL), index),
+            slice_informer(compute.lister(path("discovery.k8s.io", "v1", "endpointslices"),
+                                          labelSelector=f"{MANAGED_BY_LABEL}={SLICES_MANAGED_BY}"), index)]
 
 
 async def main(compute_kubeconfig: Path | None, host: str, port: int, upstream: tuple[str, int], zone: str,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vnode import naming
+from vnode.translate import SERVICE_NAME_LABEL
 
 Obj = dict[str, Any]
 TERMINAL = ("Succeeded", "Failed")  # a finished pod keeps its IP in its status; another may get it
@@ -104,6 +105,18 @@ def _service(svc: Obj) -> _Service | None:
                     tuple(sorted((spec.get("selector") or {}).items())), alias or None)
 
 
+def _slice(es: Obj) -> tuple[str, tuple[str, ...]] | None:
+    """A copied EndpointSlice (of a Service with endpoints of its own): the key of the compute Service it
+    belongs to, and its addresses that are not marked unready."""
+    meta = es.get("metadata", {})
+    service = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
+    if not service or meta.get("deletionTimestamp"):
+        return None
+    ready = {a for e in es.get("endpoints") or [] if (e.get("conditions") or {}).get("ready") is not False
+             for a in e.get("addresses") or []}
+    return f"{meta.get('namespace', '')}/{service}", tuple(sorted(ready))
+
+
 class PeerIndex:
     """Bridged compute pods by IP (who asks) and by peer name, and the vnodes' Service copies by tenant name."""
 
@@ -114,6 +127,8 @@ class PeerIndex:
         self._in_ns: dict[tuple[str, str], dict[str, str]] = {}  # (tenant, compute namespace) -> {pod key: IP}
         self._services: dict[str, _Service] = {}  # compute Service key -> what it answers
         self._by_name: dict[tuple[str, str, str], dict[str, _Service]] = {}  # tenant name -> {Service key: it}
+        self._slices: dict[str, tuple[str, tuple[str, ...]]] = {}  # slice key -> (Service key, addresses)
+        self._slice_ips: dict[str, dict[str, tuple[str, ...]]] = {}  # Service key -> {slice key: addresses}
         self.version = 0  # moves at every change of what the index answers (answers cached before are stale)
 
     def __len__(self) -> int:
@@ -157,6 +172,20 @@ class PeerIndex:
             self._services[key] = new
             self._by_name.setdefault(new.name, {})[key] = new
 
+    def update_slice(self, key: str, es: Obj | None) -> None:
+        """The copied EndpointSlice at ``key`` is now ``es`` (None: deleted)."""
+        new = _slice(es) if es is not None else None
+        old = self._slices.get(key)
+        if old == new:
+            return
+        self.version += 1
+        if old is not None:
+            del self._slices[key]
+            _drop(self._slice_ips, old[0], key)
+        if new is not None:
+            self._slices[key] = new
+            self._slice_ips.setdefault(new[0], {})[key] = new[1]
+
     def tenant_of(self, ip: str) -> str | None:
         """The tenant whose pod has this IP; None for any other address (or while two tenants' pods claim it,
         as for a moment when an IP is reused)."""
@@ -188,15 +217,17 @@ class PeerIndex:
 
     def _service_ips(self, tenant: str, name: ServiceName) -> list[str] | None:
         """A copied Service's cluster IP, or a headless one's pods (of its tenant and compute namespace, as
-        its selector chooses them)."""
+        its selector chooses them), or, without a selector, the addresses of its copied EndpointSlices."""
         copies = self._by_name.get((tenant, name.namespace, name.service))
         if not copies:
             return None
-        svc = next(iter(copies.values()))
+        key, svc = next(iter(copies.items()))
         if svc.alias is not None:
             return None  # a name for another name, not for addresses (``alias_of``)
         if svc.cluster_ip is not None:
             return [svc.cluster_ip]
+        if not svc.selector:
+            return sorted({a for addresses in (self._slice_ips.get(key) or {}).values() for a in addresses}) or None
         wanted = set(svc.selector)
         ips = {ip for key, ip in (self._in_ns.get((tenant, svc.namespace)) or {}).items()
                if wanted <= set(self._pods[key].labels)}

@@ -48,6 +48,7 @@ class Bridge:
     pod_security: PodSecurity = "baseline"
     dns_server: str = ""  # `ferry dns` (vnode/dnsserver.py); empty: compute pods keep the compute cluster's DNS
     cluster_domain: str = "cluster.local"  # the tenant cluster's DNS zone
+    tenant_api: tuple[str, int] | None = None  # the tenant apiserver as compute pods reach it; None: not given
 
 
 @dataclass(frozen=True)
@@ -238,6 +239,8 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
                                for s in _projected(src, rename_cm, rename_sec, token)]
     for c in _containers(spec):
         _rewrite_env(c, ns, name, rename_cm, rename_sec)
+        if b.tenant_api is not None:
+            _tenant_api_env(c, b.tenant_api)
     if spec.get("imagePullSecrets"):
         spec["imagePullSecrets"] = [{"name": rename_sec[r["name"]]} for r in spec["imagePullSecrets"]]
     return {
@@ -284,6 +287,23 @@ def _projected(src: Obj, cms: dict[str, str], secs: dict[str, str], token: str) 
     return [src]
 
 
+API_ENV = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "KUBERNETES_SERVICE_PORT_HTTPS", "KUBERNETES_PORT")
+
+
+def _tenant_api_env(c: Obj, api: tuple[str, int]) -> None:
+    """Where in-cluster clients (client-go, the Python client, kubectl) find the API server: the tenant's,
+    whose token and CA the pod is given, not the compute cluster's, which its kubelet would name. A value
+    the container sets itself is kept; a container's own variables take precedence over a kubelet's."""
+    host, port = api
+    values = dict(zip(API_ENV, (host, str(port), str(port), f"tcp://{_url_host(host)}:{port}"), strict=True))
+    own = {e.get("name") for e in c.get("env") or []}
+    c["env"] = [*[{"name": k, "value": v} for k, v in values.items() if k not in own], *(c.get("env") or [])]
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
 def _rewrite_env(c: Obj, ns: str, name: str, cms: dict[str, str], secs: dict[str, str]) -> None:
     upstream = {"metadata.namespace": ns, "metadata.name": name}
     for env in c.get("env") or []:
@@ -325,16 +345,28 @@ def is_alias(svc: Obj) -> bool:
     return (svc.get("spec") or {}).get("type") == "ExternalName"
 
 
+def has_own_endpoints(svc: Obj) -> bool:
+    """A Service without a selector that is not an alias: its endpoints are made by hand (an Endpoints object
+    mirrored to EndpointSlices, or EndpointSlices), e.g. a database outside the cluster. Its EndpointSlices
+    are copied with it (:func:`compute_endpoint_slice`). Not ``default/kubernetes``, the tenant cluster's
+    own API, whose endpoints its apiserver keeps: it is no Service of the tenant's workloads."""
+    meta = svc.get("metadata") or {}
+    if (meta.get("namespace"), meta.get("name")) == ("default", "kubernetes"):
+        return False
+    return not is_alias(svc) and not (svc.get("spec") or {}).get("selector")
+
+
 def selects(selector: dict[str, str] | None, labels: dict[str, str] | None) -> bool:
     """A Service's selector chooses a pod with these labels (an empty selector chooses none: such a Service
-    has endpoints of its own, which nothing here copies)."""
+    has endpoints of its own, :func:`has_own_endpoints`)."""
     return bool(selector) and all((labels or {}).get(k) == v for k, v in (selector or {}).items())
 
 
 def used_by(svc: Obj, labels: dict[str, str] | None) -> bool:
-    """A pod with these labels needs the tenant Service copied: its selector chooses the pod, or it is an
-    ExternalName Service, which any pod of its namespace may look up."""
-    return is_alias(svc) or selects((svc.get("spec") or {}).get("selector"), labels)
+    """A pod with these labels needs the tenant Service copied: its selector chooses the pod, or it selects
+    no pods (an ExternalName Service, or one with endpoints of its own), so any pod of its namespace may
+    look it up."""
+    return is_alias(svc) or has_own_endpoints(svc) or selects((svc.get("spec") or {}).get("selector"), labels)
 
 
 def compute_service(svc: Obj, b: Bridge) -> Obj:
@@ -349,13 +381,43 @@ def compute_service(svc: Obj, b: Bridge) -> Obj:
     if is_alias(svc):  # the same name for the same other name
         return {**copied, "spec": {"type": "ExternalName", "externalName": spec.get("externalName", "")}}
     out: Obj = {"type": "ClusterIP",
-                "selector": {**spec["selector"], naming.TENANT_LABEL: b.tenant, naming.UPSTREAM_NS_LABEL: ns},
                 "ports": [{k: p[k] for k in ("name", "port", "protocol", "targetPort", "appProtocol") if k in p}
                           for p in spec.get("ports") or []],
                 "publishNotReadyAddresses": bool(spec.get("publishNotReadyAddresses"))}
+    if not has_own_endpoints(svc):  # else no selector: the copies of its EndpointSlices are its endpoints
+        out["selector"] = {**spec["selector"], naming.TENANT_LABEL: b.tenant, naming.UPSTREAM_NS_LABEL: ns}
     if spec.get("clusterIP") == "None":
         out["clusterIP"] = "None"
     return {**copied, "spec": out}
+
+
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"  # an EndpointSlice's Service
+MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
+SLICES_MANAGED_BY = "vnode.kubeferry.io"  # the copies' manager: the clusters' EndpointSlice controllers leave them
+SLICE_CONTROLLER = "endpointslice-controller.k8s.io"  # what makes the slices of Services with a selector
+
+
+def compute_endpoint_slice(es: Obj, b: Bridge) -> Obj:
+    """The compute copy of a tenant EndpointSlice of a Service with endpoints of its own: the same addresses,
+    conditions and ports, for the Service's compute copy. What names tenant objects (the node, the zone, a
+    target reference) is left out: the compute cluster has none of them."""
+    meta = es["metadata"]
+    ns, service = meta["namespace"], (meta.get("labels") or {}).get(SERVICE_NAME_LABEL, "")
+    copied = _copy_metadata(b, ns, meta["name"], "EndpointSlice")
+    copied["labels"] |= {SERVICE_NAME_LABEL: naming.compute_name(b.tenant, ns, service),
+                         MANAGED_BY_LABEL: SLICES_MANAGED_BY}
+    endpoints = [{k: e[k] for k in ("addresses", "conditions", "hostname") if k in e}
+                 for e in es.get("endpoints") or []]
+    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": copied,
+            "addressType": es.get("addressType", "IPv4"), "endpoints": endpoints,
+            "ports": [{k: p[k] for k in ("name", "port", "protocol", "appProtocol") if k in p}
+                      for p in es.get("ports") or []]}
+
+
+def slice_digest(es: Obj) -> str:
+    """Changes when a copied EndpointSlice's payload does."""
+    payload = {k: es.get(k) for k in ("addressType", "endpoints", "ports")}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def subdomain_service(ns: str, subdomain: str, upstream: Obj | None, b: Bridge) -> Obj:

@@ -82,7 +82,7 @@ configMapGenerator:
   namespace: kube-ferry-system
   behavior: replace
   options: {disableNameSuffixHash: true}
-  literals: [tenant=$t, dns-server=$DNS]
+  literals: [tenant=$t, dns-server=$DNS, tenant-api=]
   files: [client-ca.crt]
 YAML
   $T apply --server-side -k "$WORK/$t"

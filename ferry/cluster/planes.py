@@ -380,7 +380,8 @@ class ControlPlanes:
         return self.add_component(spec)
 
     def add_vnode(self, tenant: str, extra: tuple[str, ...] = ()) -> Component:
-        """The tenant's vnode as a supervised component, with its own credentials on both sides."""
+        """The tenant's vnode as a supervised component, with its own credentials on both sides; its compute
+        pods' in-cluster clients are pointed at the tenant API (at 127.0.0.1: simulated pods are this host's)."""
         import sys
 
         kubelet, metrics = self._ports.take(f"{tenant} vnode kubelet API"), self._ports.take(f"{tenant} vnode metrics")
@@ -393,7 +394,8 @@ class ControlPlanes:
                   f"--compute-kubeconfig={self.clusters[COMPUTE].pki / f'vnode-{tenant}.kubeconfig'}",
                   f"--kubelet-port={kubelet}", f"--metrics-port={metrics}",
                   f"--serving-cert={tp / 'vnode-serving.crt'}", f"--serving-key={tp / 'vnode-serving.key'}",
-                  f"--client-ca={tp / 'ca.crt'}", "--storage-class=kube-ferry", *extra],
+                  f"--client-ca={tp / 'ca.crt'}", "--storage-class=kube-ferry",
+                  f"--tenant-api=127.0.0.1:{self.clusters[tenant].apiserver_port}", *extra],
             log=self._log(f"{tenant}-vnode"),
             probe=http_probe("127.0.0.1", metrics, "/readyz"),
             ports=(kubelet, metrics),

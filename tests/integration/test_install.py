@@ -141,13 +141,17 @@ async def _status(kubeconfig: Path, method: str, url: str, body: dict[str, Any] 
     ("vnode-compute", "POST", "/api/v1/nodes"),
     ("vnode-compute", "PATCH", "/apis/scheduling.kubeferry.io/v1alpha1/queues/tenant-1"),
     ("vnode-compute", "POST", "/api/v1/namespaces/tenant-2/pods/x/exec"),
+    ("vnode-compute", "POST", "/apis/discovery.k8s.io/v1/namespaces/tenant-2/endpointslices"),
+    ("vnode-compute", "POST", "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"),
     ("dns", "GET", "/api/v1/secrets"),
     ("dns", "GET", "/api/v1/namespaces/tenant-1/configmaps"),
     ("dns", "DELETE", "/api/v1/namespaces/tenant-1/pods/x"),
     ("dns", "PATCH", "/api/v1/namespaces/tenant-1/pods/x"),
+    ("dns", "POST", "/apis/discovery.k8s.io/v1/namespaces/tenant-1/endpointslices"),
     ("vnode-tenant", "DELETE", "/api/v1/namespaces/default"),
     ("vnode-tenant", "POST", "/api/v1/namespaces/default/secrets"),
     ("vnode-tenant", "POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles"),
+    ("vnode-tenant", "POST", "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"),
 ])
 async def test_the_service_accounts_are_refused_what_they_do_not_need(
         installed: dict[str, Path], who: str, method: str, url: str) -> None:

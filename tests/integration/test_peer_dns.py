@@ -8,6 +8,7 @@ import asyncio
 import socket
 import sys
 import urllib.request
+from collections.abc import Awaitable
 from typing import Any
 
 import pytest
@@ -185,6 +186,72 @@ async def test_an_external_name_service_is_copied_for_its_namespaces_pods_and_an
     await eventually(lambda: cname("pg-2.example.com"), timeout=10, what="the new CNAME")
     await core.delete_namespaced_service("db", tenant_ns)
     await eventually(lambda: _gone(ccore, copy_name), timeout=60, what="the copy collected")
+
+
+async def test_a_service_with_endpoints_of_its_own_is_copied_with_them_and_its_name_resolves(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str, peer_dns: PeerDNS) -> None:
+    """A database outside the cluster, behind a Service without a selector and a hand-made Endpoints object
+    (which the tenant's controller-manager mirrors to an EndpointSlice), and a headless one with an
+    EndpointSlice made by hand: both are copied with their endpoints for the namespace's pods; the first
+    resolves to its copy's cluster IP, the second to its addresses; an address change follows, and deleted
+    upstream, the copies go."""
+    core, ccore = client.CoreV1Api(tenant_api), client.CoreV1Api(compute_api)
+    discovery, tdiscovery = client.DiscoveryV1Api(compute_api), client.DiscoveryV1Api(tenant_api)
+    pg = [{"name": "pg", "port": 5432, "protocol": "TCP"}]
+    await core.create_namespaced_service(tenant_ns, {"metadata": {"name": "db"}, "spec": {"ports": pg}})
+    await core.create_namespaced_endpoints(tenant_ns, {"metadata": {"name": "db"}, "subsets": [
+        {"addresses": [{"ip": "192.0.2.10"}], "ports": pg}]})
+    await core.create_namespaced_service(tenant_ns, {"metadata": {"name": "replicas"}, "spec": {
+        "clusterIP": "None", "ports": pg}})
+    await tdiscovery.create_namespaced_endpoint_slice(tenant_ns, {
+        "metadata": {"name": "replicas-1", "labels": {"kubernetes.io/service-name": "replicas"}},
+        "addressType": "IPv4", "ports": pg,
+        "endpoints": [{"addresses": ["192.0.2.20"]}, {"addresses": ["192.0.2.21"], "conditions": {"ready": False}}]})
+    body = peer("app")
+    body["spec"].pop("subdomain")
+    await core.create_namespaced_pod(tenant_ns, body)
+    app = (await eventually(lambda: running_copies(compute_api, tenant_ns, 1), timeout=60, what="app running"))["app"]
+    db_copy = naming.compute_name("tenant-1", tenant_ns, "db")
+
+    async def copied() -> Any:
+        found = [s for s in (await ccore.list_namespaced_service("tenant-1")).items if s.metadata.name == db_copy]
+        return found[0] if found else None
+
+    async def copied_addresses(service: str) -> list[str]:
+        copy = naming.compute_name("tenant-1", tenant_ns, service)
+        slices = await discovery.list_namespaced_endpoint_slice(
+            "tenant-1", label_selector=f"kubernetes.io/service-name={copy}")
+        return sorted(a for s in slices.items for e in s.endpoints or [] for a in e.addresses)
+
+    svc = await eventually(copied, timeout=30, what="the Service without a selector copied")
+    assert svc.spec.selector is None and svc.spec.cluster_ip not in (None, "None")
+    assert svc.spec.ports[0].port == 5432
+    await eventually(lambda: _equal(copied_addresses("db"), ["192.0.2.10"]), timeout=30,
+                     what="its mirrored EndpointSlice copied")
+    await eventually(lambda: _equal(copied_addresses("replicas"), ["192.0.2.20", "192.0.2.21"]), timeout=30,
+                     what="the headless one's EndpointSlice copied")
+    await eventually(lambda: _resolves(peer_dns, app, "db", [svc.spec.cluster_ip]), timeout=10,
+                     what="db from the app's pod: the copy's cluster IP")
+    await eventually(lambda: _resolves(peer_dns, app, "replicas", ["192.0.2.20"]), timeout=10,
+                     what="replicas from the app's pod: its ready address")
+
+    await core.patch_namespaced_endpoints("db", tenant_ns, {"subsets": [
+        {"addresses": [{"ip": "192.0.2.11"}], "ports": pg}]})
+    await eventually(lambda: _equal(copied_addresses("db"), ["192.0.2.11"]), timeout=30,
+                     what="the copy following the address change")
+    await tdiscovery.patch_namespaced_endpoint_slice("replicas-1", tenant_ns, {"endpoints": [
+        {"addresses": ["192.0.2.20"]}, {"addresses": ["192.0.2.21"], "conditions": {"ready": True}}]})
+    await eventually(lambda: _resolves(peer_dns, app, "replicas", ["192.0.2.20", "192.0.2.21"]), timeout=30,
+                     what="replicas answering the address now ready")
+
+    await core.delete_namespaced_service("db", tenant_ns)
+    await eventually(lambda: _gone(ccore, db_copy), timeout=60, what="the copy collected")
+    await eventually(lambda: _equal(copied_addresses("db"), []), timeout=60, what="its EndpointSlice collected")
+    assert await copied_addresses("replicas") == ["192.0.2.20", "192.0.2.21"], "the other Service's kept"
+
+
+async def _equal(got: Awaitable[Any], want: Any) -> bool:
+    return await got == want
 
 
 async def _resolves(dns: PeerDNS, pod: Any, name: str, want: list[str] | None) -> bool:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import ssl
 import uuid
 from functools import partial
 from typing import Any
 
+import aiohttp
 import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -86,7 +88,7 @@ async def test_pod_with_configmap_secret_and_token_runs_and_succeeds(
     ccore = client.CoreV1Api(compute_api)
     cm_name = next(v.config_map.name for v in cpod.spec.volumes if v.config_map)
     assert (await ccore.read_namespaced_config_map(cm_name, "tenant-1")).data == {"lr": "0.1"}
-    secret_ref = cpod.spec.containers[0].env[0].value_from.secret_key_ref.name
+    secret_ref = next(e for e in cpod.spec.containers[0].env if e.name == "KEY").value_from.secret_key_ref.name
     copied = await ccore.read_namespaced_secret(secret_ref, "tenant-1")
     assert base64.b64decode(copied.data["key"]).decode() == "s3cr3t"
     # The service-account token is issued by the tenant cluster, for this pod's ServiceAccount.
@@ -634,6 +636,35 @@ async def test_service_account_token_is_renewed_before_it_expires(
         vnode.spec.argv.remove("--token-refresh-at=0.02")
         vnode.start()
         vnode.wait_ready()
+
+
+async def test_a_compute_pods_in_cluster_client_reaches_the_tenant_api_as_its_own_service_account(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """What an in-cluster client in the compute pod would do, done from its spec: the API address in its
+    environment (the vnode's --tenant-api; the compute kubelet would name the compute API), the CA and the
+    token of its projected ServiceAccount volume (the copied kube-root-ca.crt and the tenant-issued token).
+    The tenant API, verified by that CA, knows the caller as the pod's own ServiceAccount."""
+    core, ccore = client.CoreV1Api(tenant_api), client.CoreV1Api(compute_api)
+    uid = (await core.create_namespaced_pod(tenant_ns, tenant_pod("talks-to-its-api"))).metadata.uid
+    await eventually(lambda: _with_phase(core, tenant_ns, "talks-to-its-api", "Running"), what="pod Running")
+    cpod = await compute_pod_of(compute_api, "tenant-1", uid)
+    env = {e.name: e.value for e in cpod.spec.containers[0].env or []}
+    sources = [s for v in cpod.spec.volumes if v.projected for s in v.projected.sources]
+    token_secret = next(s.secret.name for s in sources if s.secret and s.secret.name.endswith("-sa-token"))
+    ca_map = next(s.config_map.name for s in sources if s.config_map)
+    token = base64.b64decode((await ccore.read_namespaced_secret(token_secret, "tenant-1")).data["token"]).decode()
+    ca = (await ccore.read_namespaced_config_map(ca_map, "tenant-1")).data["ca.crt"]
+    url = f"https://{env['KUBERNETES_SERVICE_HOST']}:{env['KUBERNETES_SERVICE_PORT']}"
+    async with aiohttp.ClientSession() as http, http.post(
+            f"{url}/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            json={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+            headers={"Authorization": f"Bearer {token}"}, ssl=ssl.create_default_context(cadata=ca)) as resp:
+        review = await resp.json()
+        assert resp.status == 201, review
+    user = review["status"]["userInfo"]
+    assert user["username"] == f"system:serviceaccount:{tenant_ns}:default", user
+    assert user["extra"]["authentication.kubernetes.io/pod-uid"] == [uid], "the token is bound to the tenant pod"
+    await core.delete_namespaced_pod("talks-to-its-api", tenant_ns)
 
 
 def _cached(vnode: Component) -> dict[str, float]:

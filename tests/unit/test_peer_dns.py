@@ -13,9 +13,22 @@ import pytest
 from dnslib import QTYPE, RCODE, RR, A, DNSRecord
 
 from vnode import naming
-from vnode.dnsserver import QUERIES, PeerDNS, bind_udp_and_tcp, serve, slim_pod, slim_service
+from vnode.dnsserver import QUERIES, PeerDNS, bind_udp_and_tcp, serve, slim_pod, slim_service, slim_slice
 from vnode.peernames import PeerIndex, PeerName, ServiceName, parse
-from vnode.translate import Bridge, compute_pod, compute_service, is_alias, selects
+from vnode.translate import (
+    MANAGED_BY_LABEL,
+    SERVICE_NAME_LABEL,
+    SLICES_MANAGED_BY,
+    Bridge,
+    compute_endpoint_slice,
+    compute_pod,
+    compute_service,
+    has_own_endpoints,
+    is_alias,
+    selects,
+    slice_digest,
+    used_by,
+)
 
 ZONE = "cluster.local"
 
@@ -165,6 +178,66 @@ def test_an_external_name_services_copy_is_the_same_alias_and_names_no_addresses
     assert index.answer("10.0.0.1", "db.ml.svc.cluster.local.", ZONE) is None, "not every pod of its namespace"
     assert index.alias_of("10.0.0.9", "db.ml.svc.cluster.local.", ZONE) is None, "not a pod of the tenant"
     assert index.alias_of("10.0.0.1", "w-0.job.ml.svc.cluster.local.", ZONE) is None
+
+
+def hand_made_slice(ns: str, service: str, name: str, endpoints: list[dict[str, Any]]) -> dict[str, Any]:
+    """A tenant EndpointSlice as one is made by hand, or mirrored from a hand-made Endpoints object."""
+    mirrored = {SERVICE_NAME_LABEL: service, MANAGED_BY_LABEL: "endpointslicemirroring-controller.k8s.io"}
+    return {"metadata": {"name": name, "namespace": ns, "labels": mirrored},
+            "addressType": "IPv4", "endpoints": endpoints, "ports": [{"name": "pg", "port": 5432, "protocol": "TCP"}]}
+
+
+def test_a_service_with_endpoints_of_its_own_is_copied_without_a_selector_with_its_slices() -> None:
+    """A database outside the cluster behind a Service without a selector: any pod of its namespace may use
+    it; its copy has no selector, and its EndpointSlices are copied for the copy, tenant references left out."""
+    own = {"metadata": {"name": "db", "namespace": "ml"}, "spec": {"ports": [{"name": "pg", "port": 5432}]}}
+    assert has_own_endpoints(own) and used_by(own, {"any": "pod"}) and used_by(own, None)
+    alias = {"metadata": {"name": "x", "namespace": "ml"}, "spec": {"type": "ExternalName", "externalName": "e.org"}}
+    selecting = {"metadata": {"name": "y", "namespace": "ml"}, "spec": {"selector": {"app": "ray"}}}
+    assert not has_own_endpoints(alias) and not has_own_endpoints(selecting)
+    assert not used_by(selecting, {"app": "other"})
+    api = {"metadata": {"name": "kubernetes", "namespace": "default"}, "spec": {"ports": [{"port": 443}]}}
+    assert not has_own_endpoints(api) and not used_by(api, {}), "the tenant cluster's API is not copied"
+    copy = compute_service(own, B)
+    assert copy["spec"] == {"type": "ClusterIP", "publishNotReadyAddresses": False,
+                            "ports": [{"name": "pg", "port": 5432}]}
+    es = hand_made_slice("ml", "db", "db-abcde", [
+        {"addresses": ["192.0.2.10"], "conditions": {"ready": True}, "nodeName": "tenant-node-1",
+         "targetRef": {"kind": "Pod", "name": "p"}}])
+    got = compute_endpoint_slice(es, B)
+    assert got["metadata"]["name"] == naming.compute_name("t1", "ml", "db-abcde")
+    assert got["metadata"]["namespace"] == "t1"
+    assert got["metadata"]["labels"][SERVICE_NAME_LABEL] == copy["metadata"]["name"]
+    assert got["metadata"]["labels"][MANAGED_BY_LABEL] == SLICES_MANAGED_BY, "no cluster controller manages it"
+    assert got["metadata"]["labels"][naming.TENANT_LABEL] == "t1"
+    assert got["endpoints"] == [{"addresses": ["192.0.2.10"], "conditions": {"ready": True}}]
+    assert got["ports"] == es["ports"] and got["addressType"] == "IPv4"
+    moved = compute_endpoint_slice(hand_made_slice("ml", "db", "db-abcde", [{"addresses": ["192.0.2.11"]}]), B)
+    assert slice_digest(moved) != slice_digest(got), "a changed address is written again"
+
+
+def test_a_headless_service_without_a_selector_answers_its_copied_endpoints() -> None:
+    own = {"metadata": {"name": "db", "namespace": "ml"}, "spec": {"clusterIP": "None", "ports": [{"port": 5432}]}}
+    copy = compute_service(own, B)
+    copy["spec"]["clusterIP"] = "None"
+    index = PeerIndex()
+    pods = [bridged("t1", "ml", "app", "10.0.0.1", subdomain=None), bridged("t2", "ml", "app", "10.0.0.9")]
+    for pod in pods:
+        index.update(key(pod), pod)
+    index.update_service(key(copy), slim_service(copy))
+    name = "db.ml.svc.cluster.local."
+    assert index.answer("10.0.0.1", name, ZONE) is None, "no endpoints yet (and not every pod of its namespace)"
+    first = slim_slice(compute_endpoint_slice(hand_made_slice("ml", "db", "db-1", [
+        {"addresses": ["192.0.2.10"], "conditions": {"ready": True}},
+        {"addresses": ["192.0.2.12"], "conditions": {"ready": False}}]), B))
+    second = slim_slice(compute_endpoint_slice(hand_made_slice("ml", "db", "db-2", [
+        {"addresses": ["192.0.2.11"]}]), B))  # no conditions: ready
+    for es in (first, second):
+        index.update_slice(key(es), es)
+    assert index.answer("10.0.0.1", name, ZONE) == ["192.0.2.10", "192.0.2.11"], "ready addresses of both slices"
+    assert index.answer("10.0.0.9", name, ZONE) is None, "t1's Service is not t2's"
+    index.update_slice(key(second), None)
+    assert index.answer("10.0.0.1", name, ZONE) == ["192.0.2.10"]
 
 
 def test_the_cached_service_keeps_only_what_the_index_reads() -> None:

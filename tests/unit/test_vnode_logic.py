@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import re
 from typing import Any
 
@@ -38,6 +39,28 @@ def test_the_hostname_is_the_pods_name_as_a_dns_label() -> None:
         assert label.match(hostname), (name, hostname)
         assert name.startswith(hostname)
     assert compute_pod(tenant_pod(hostname="chosen"), B)["spec"]["hostname"] == "chosen"
+
+
+def test_in_cluster_clients_are_pointed_at_the_tenant_api_when_it_is_given() -> None:
+    """A pod's in-cluster client (client-go, the Python client) reads KUBERNETES_SERVICE_HOST/PORT, which the
+    compute kubelet sets to the compute API; the pod's token and CA are the tenant's, so with --tenant-api the
+    copy names the tenant API, in every container; a value the container sets itself stays."""
+    pod = tenant_pod(initContainers=[{"name": "init", "image": "i"}])
+    pod["spec"]["containers"].append({"name": "side", "image": "i", "env": [
+        {"name": "KUBERNETES_SERVICE_HOST", "value": "own.example"}, {"name": "X", "value": "1"}]})
+    plain = compute_pod(pod, B)["spec"]
+    assert not plain["containers"][0].get("env") and not plain["initContainers"][0].get("env"), "not given: unset"
+    given = compute_pod(pod, dataclasses.replace(B, tenant_api=("192.0.2.1", 6443)))["spec"]
+    init, main, side = given["initContainers"][0], *given["containers"]
+    for c in (init, main):
+        assert {e["name"]: e["value"] for e in c["env"]} == {
+            "KUBERNETES_SERVICE_HOST": "192.0.2.1", "KUBERNETES_SERVICE_PORT": "6443",
+            "KUBERNETES_SERVICE_PORT_HTTPS": "6443", "KUBERNETES_PORT": "tcp://192.0.2.1:6443"}
+    env = {e["name"]: e["value"] for e in side["env"]}
+    assert env["KUBERNETES_SERVICE_HOST"] == "own.example" and env["X"] == "1"
+    assert env["KUBERNETES_SERVICE_PORT"] == "6443"
+    v6 = compute_pod(pod, dataclasses.replace(B, tenant_api=("fd00::1", 443)))["spec"]["containers"][0]["env"]
+    assert {e["name"]: e["value"] for e in v6}["KUBERNETES_PORT"] == "tcp://[fd00::1]:443"
 
 
 def test_compute_names_are_deterministic_collision_free_and_short() -> None:
