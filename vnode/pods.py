@@ -15,13 +15,14 @@ from typing import Any
 import structlog
 
 from ferry.kube.rest import Rest, message_of, path, status_of
+from ferry.kube.timestamps import now
 from ferry.kube.workqueue import WorkQueue
 from vnode import metrics, naming, status
 from vnode.caches import Caches
 from vnode.copies import Copies, MissingDependency
 from vnode.events import Recorder
 from vnode.gangs import Gangs, InvalidGroup, NotReady
-from vnode.translate import FORWARDING_GATE, Bridge, PodSecurity, compute_pod, refusal
+from vnode.translate import FORWARDING_GATE, Bridge, PodSecurity, compute_ephemeral, compute_pod, refusal
 from vnode.volumes import ClaimNotReady, UnservableClaim, Volumes
 
 Obj = dict[str, Any]
@@ -53,6 +54,8 @@ class PodReconciler:
         self.status_writes = 0
         # tenant key -> (tenant UID, when) this process created its compute pod, until its first status write
         self.created_at: dict[str, tuple[str, float]] = {}
+        # tenant key -> (tenant UID, {ephemeral container: (why, when)}) the vnode refused to add to the copy
+        self.refused_debug: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {}
 
     # ------------------------------------------------------------------ keys
     def compute_key(self, ns: str, name: str) -> str:
@@ -115,6 +118,7 @@ class PodReconciler:
                 await self._delete_compute(cp, "orphan")
             self.last_compute.pop(key, None)
             self.created_at.pop(key, None)
+            self.refused_debug.pop(key, None)
             return
         assert tp is not None
         uid = tp["metadata"]["uid"]
@@ -147,6 +151,7 @@ class PodReconciler:
             self.queue.add_after(key, max(refresh, 1.0))
         if not cp.get("spec", {}).get("nodeName"):
             await self.gangs.restore(tp)
+        cp = await self._add_ephemeral(key, tp, cp)
         await self._mirror(key, tp, cp)
 
     async def _create(self, key: str, tp: Obj) -> None:
@@ -214,6 +219,48 @@ class PodReconciler:
                                              "spec": {"schedulingGates": gates or None}})
         self.caches.compute_pods.remember(released, replaces=cp)
 
+    async def _add_ephemeral(self, key: str, tp: Obj, cp: Obj) -> Obj:
+        """``kubectl debug``: an ephemeral container added to the tenant pod joins its compute copy, once, if
+        the pod-security rules the pod passed allow it; one they refuse is told so where its user looks (an
+        Event, and a terminated status that says why). Returns the compute pod as it now is."""
+        uid = tp["metadata"]["uid"]
+        if self.refused_debug.get(key, (uid,))[0] != uid:
+            self.refused_debug.pop(key, None)  # an earlier pod of this name
+        refused = self.refused_debug.get(key, (uid, {}))[1]
+        have = {c.get("name") for c in cp.get("spec", {}).get("ephemeralContainers") or []}
+        new = [c for c in tp.get("spec", {}).get("ephemeralContainers") or []
+               if c.get("name") not in have and c.get("name") not in refused]
+        if not new or cp["metadata"].get("deletionTimestamp") or status.terminal(cp):
+            return cp
+        allowed = []
+        for c in new:
+            why = refusal({"spec": {"ephemeralContainers": [c]}}, self.pod_security)
+            if why is None:
+                allowed.append(c["name"])
+                continue
+            refused[c["name"]] = (why, now())
+            self.refused_debug[key] = (uid, refused)
+            await self.events.emit(tp, "Warning", "Refused", f"Kube-Ferry refused ephemeral container "
+                                                             f"{c['name']!r}: {why}")
+        if not allowed:
+            return cp
+        url = path("", "v1", "pods", self.b.namespace, cp["metadata"]["name"], "ephemeralcontainers")
+        body = {"metadata": {"uid": cp["metadata"]["uid"]},
+                "spec": {"ephemeralContainers": compute_ephemeral(tp, allowed, self.b)}}
+        try:
+            updated = await self.compute.patch(url, body, content_type=STRATEGIC)
+        except Exception as exc:
+            if status_of(exc) != 422:
+                raise
+            for name in allowed:
+                refused[name] = (f"the compute cluster rejected it: {message_of(exc)}", now())
+            self.refused_debug[key] = (uid, refused)
+            await self.events.emit(tp, "Warning", "Refused", f"Kube-Ferry refused ephemeral container(s) "
+                                                             f"{', '.join(allowed)}: {message_of(exc)}")
+            return cp
+        self.caches.compute_pods.remember(updated, replaces=cp)
+        return updated
+
     async def _mirror(self, key: str, tp: Obj, cp: Obj) -> None:
         created = self.created_at.get(key)
         if created is not None and cp.get("status", {}).get("phase", "Pending") == "Pending":
@@ -223,7 +270,7 @@ class PodReconciler:
                 self.queue.add_after(key, wait)
                 return
         self.created_at.pop(key, None)
-        new = status.mirrored(cp, tp, self.host_ip)
+        new = status.mirrored(cp, tp, self.host_ip, self.refused_debug.get(key, ("", {}))[1])
         if new is None:
             return
         meta = tp["metadata"]

@@ -21,7 +21,7 @@ TERMINAL = ("Succeeded", "Failed")
 MIRRORED_CONDITIONS = {"PodScheduled", "Initialized", "ContainersReady", "Ready", "PodReadyToStartContainers",
                        DISRUPTION, WILL_EVICT}
 MIRRORED_FIELDS = ("phase", "podIP", "podIPs", "startTime", "reason", "message", "containerStatuses",
-                   "initContainerStatuses", "qosClass")
+                   "initContainerStatuses", "ephemeralContainerStatuses", "qosClass")
 
 
 def epoch(stamp: str | None) -> float:
@@ -58,13 +58,22 @@ def _forwarded_condition(old: Obj) -> Obj:
             "message": "the pod runs in the shared compute cluster"}
 
 
-def mirrored(compute: Obj, tenant: Obj, host_ip: str) -> Obj | None:
-    """The status to write on the tenant pod, or None when nothing would change (or it is final)."""
+def mirrored(compute: Obj, tenant: Obj, host_ip: str, refused: dict[str, tuple[str, str]] | None = None) -> Obj | None:
+    """The status to write on the tenant pod, or None when nothing would change (or it is final). ``refused``:
+    ephemeral containers the vnode did not add to the copy, by name, with why and when; each is shown
+    terminated with that reason, so ``kubectl debug -it`` stops waiting for it."""
     old = tenant.get("status", {})
     if old.get("phase") in TERMINAL:
         return None
     src = compute.get("status", {})
     new: Obj = {k: src[k] for k in MIRRORED_FIELDS if k in src}
+    if refused:
+        images = {c.get("name"): c.get("image", "") for c in tenant.get("spec", {}).get("ephemeralContainers") or []}
+        new["ephemeralContainerStatuses"] = [*new.get("ephemeralContainerStatuses", []), *(
+            {"name": name, "image": images.get(name, ""), "imageID": "", "ready": False, "restartCount": 0,
+             "state": {"terminated": {"exitCode": 126, "reason": "Refused", "message": why, "startedAt": when,
+                                      "finishedAt": when}}}
+            for name, (why, when) in sorted(refused.items()))]
     new.setdefault("phase", "Pending")
     conds = [c for c in src.get("conditions") or [] if c.get("type") in MIRRORED_CONDITIONS]
     conds.append(_forwarded_condition(old))

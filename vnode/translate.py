@@ -100,7 +100,9 @@ def role_of(pod: Obj) -> str | None:
 
 # -------------------------------------------------------------------------------------- refusals
 def _containers(spec: Obj) -> list[Obj]:
-    return [*spec.get("initContainers", []), *spec.get("containers", [])]
+    """Every container of a pod, its ephemeral ones (``kubectl debug``) too: each is refused or translated
+    by the same rules."""
+    return [*spec.get("initContainers", []), *spec.get("containers", []), *spec.get("ephemeralContainers", [])]
 
 
 def refusal(pod: Obj, level: PodSecurity = "baseline", claims: bool = False) -> str | None:
@@ -224,8 +226,7 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
     if role := role_of(pod):
         labels[TASK_LABEL] = role
 
-    rename_cm = {n: naming.compute_name(b.tenant, ns, n) for n in needs_of(pod).configmaps}
-    rename_sec = {n: naming.compute_name(b.tenant, ns, n) for n in needs_of(pod).secrets}
+    rename_cm, rename_sec = _renames(pod, b)
     token = token_secret_name(b, pod)
     for vol in spec.get("volumes", []):
         if cm := vol.get("configMap"):
@@ -238,9 +239,7 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
             proj["sources"] = [s for src in proj.get("sources") or []
                                for s in _projected(src, rename_cm, rename_sec, token)]
     for c in _containers(spec):
-        _rewrite_env(c, ns, name, rename_cm, rename_sec)
-        if b.tenant_api is not None:
-            _tenant_api_env(c, b.tenant_api)
+        _translate_container(c, ns, name, rename_cm, rename_sec, b)
     if spec.get("imagePullSecrets"):
         spec["imagePullSecrets"] = [{"name": rename_sec[r["name"]]} for r in spec["imagePullSecrets"]]
     return {
@@ -249,6 +248,31 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
                      "finalizers": [FORWARDING_GATE]},
         "spec": spec,
     }
+
+
+def compute_ephemeral(pod: Obj, names: list[str], b: Bridge) -> list[Obj]:
+    """The tenant pod's ephemeral containers ``names`` (``kubectl debug``) as its compute copy gets them: the
+    same translation as its other containers (a pod's ephemeral containers can only be added, through the
+    pod's ``ephemeralcontainers`` subresource)."""
+    meta = pod["metadata"]
+    rename_cm, rename_sec = _renames(pod, b)
+    out = [copy.deepcopy(c) for c in pod.get("spec", {}).get("ephemeralContainers") or [] if c.get("name") in names]
+    for c in out:
+        _translate_container(c, meta["namespace"], meta["name"], rename_cm, rename_sec, b)
+    return out
+
+
+def _renames(pod: Obj, b: Bridge) -> tuple[dict[str, str], dict[str, str]]:
+    """The compute names of the ConfigMaps and Secrets the pod references."""
+    ns, needs = pod["metadata"]["namespace"], needs_of(pod)
+    return ({n: naming.compute_name(b.tenant, ns, n) for n in needs.configmaps},
+            {n: naming.compute_name(b.tenant, ns, n) for n in needs.secrets})
+
+
+def _translate_container(c: Obj, ns: str, name: str, cms: dict[str, str], secs: dict[str, str], b: Bridge) -> None:
+    _rewrite_env(c, ns, name, cms, secs)
+    if b.tenant_api is not None:
+        _tenant_api_env(c, b.tenant_api)
 
 
 def tenant_dns(own: Obj, ns: str, b: Bridge) -> Obj:

@@ -142,6 +142,7 @@ async def _status(kubeconfig: Path, method: str, url: str, body: dict[str, Any] 
     ("vnode-compute", "PATCH", "/apis/scheduling.kubeferry.io/v1alpha1/queues/tenant-1"),
     ("vnode-compute", "POST", "/api/v1/namespaces/tenant-2/pods/x/exec"),
     ("vnode-compute", "POST", "/apis/discovery.k8s.io/v1/namespaces/tenant-2/endpointslices"),
+    ("vnode-compute", "PATCH", "/api/v1/namespaces/tenant-2/pods/x/ephemeralcontainers"),
     ("vnode-compute", "POST", "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"),
     ("dns", "GET", "/api/v1/secrets"),
     ("dns", "GET", "/api/v1/namespaces/tenant-1/configmaps"),

@@ -667,6 +667,46 @@ async def test_a_compute_pods_in_cluster_client_reaches_the_tenant_api_as_its_ow
     await core.delete_namespaced_pod("talks-to-its-api", tenant_ns)
 
 
+async def test_kubectl_debug_adds_its_container_to_the_compute_pod_and_a_privileged_one_is_refused(
+        planes: ControlPlanes, tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """`kubectl debug` (the real client) adds an ephemeral container to a running tenant pod: it joins the
+    compute copy, translated as the pod's containers are, and its status comes back. A privileged one
+    (`--profile=sysadmin`) is beyond the vnode's baseline Pod Security level: it is not added, and the pod
+    says why (an Event, and the container's status terminated with reason Refused)."""
+    core = client.CoreV1Api(tenant_api)
+    uid, _ = await running_pair(core, compute_api, tenant_ns, "debugged")
+    k, cfg = planes.bin.path("kubectl"), planes.kubeconfig("tenant-1")
+    kubectl(k, cfg, "debug", "-n", tenant_ns, "debugged", "--image=busybox:1", "-c", "debugger",
+            "--profile=baseline")
+
+    async def copied() -> Any:
+        cpod = await compute_pod_of(compute_api, "tenant-1", uid)
+        return next((c for c in cpod.spec.ephemeral_containers or [] if c.name == "debugger"), None)
+
+    debugger = await eventually(copied, timeout=30, what="the debug container in the compute pod")
+    assert debugger.image == "busybox:1"
+    assert {e.name for e in debugger.env or []} >= {"KUBERNETES_SERVICE_HOST"}, "translated as the others"
+
+    async def state(name: str) -> Any:
+        pod = await core.read_namespaced_pod("debugged", tenant_ns)
+        return next((s.state for s in pod.status.ephemeral_container_statuses or [] if s.name == name), None)
+
+    running = await eventually(lambda: state("debugger"), timeout=30, what="its status in the tenant pod")
+    assert running.running is not None, running
+
+    kubectl(k, cfg, "debug", "-n", tenant_ns, "debugged", "--image=busybox:1", "-c", "root-shell",
+            "--profile=sysadmin")
+    refused = await eventually(lambda: state("root-shell"), timeout=30, what="the privileged one's status")
+    assert refused.terminated.reason == "Refused" and "privileged" in refused.terminated.message, refused
+    events = (await core.list_namespaced_event(tenant_ns, field_selector=(
+        "involvedObject.name=debugged,reason=Refused"))).items
+    assert any("'root-shell'" in e.message and "privileged" in e.message for e in events), events
+    cpod = await compute_pod_of(compute_api, "tenant-1", uid)
+    assert [c.name for c in cpod.spec.ephemeral_containers] == ["debugger"], "never added to the copy"
+    assert (await core.read_namespaced_pod("debugged", tenant_ns)).status.phase == "Running", "the pod runs on"
+    await core.delete_namespaced_pod("debugged", tenant_ns)
+
+
 def _cached(vnode: Component) -> dict[str, float]:
     """The vnode's informer cache sizes (its /metrics)."""
     prefix = 'kube_ferry_vnode_cached_objects{cache="'

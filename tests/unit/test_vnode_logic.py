@@ -14,7 +14,7 @@ from ferry.kube.workqueue import WorkQueue
 from vnode import naming, status, streams
 from vnode.gangs import InvalidGroup, depends_on, min_resources, min_task_member
 from vnode.node import capacity
-from vnode.translate import Bridge, compute_pod, gang_of, needs_of, refusal, role_of
+from vnode.translate import Bridge, compute_ephemeral, compute_pod, gang_of, needs_of, refusal, role_of
 
 B = Bridge(tenant="tenant-1", node="ferry-tenant-1", namespace="tenant-1", queue="tenant-1", max_priority=100)
 
@@ -61,6 +61,38 @@ def test_in_cluster_clients_are_pointed_at_the_tenant_api_when_it_is_given() -> 
     assert env["KUBERNETES_SERVICE_PORT"] == "6443"
     v6 = compute_pod(pod, dataclasses.replace(B, tenant_api=("fd00::1", 443)))["spec"]["containers"][0]["env"]
     assert {e["name"]: e["value"] for e in v6}["KUBERNETES_PORT"] == "tcp://[fd00::1]:443"
+
+
+def test_a_debug_container_is_translated_as_the_pods_containers_and_refused_by_the_same_rules() -> None:
+    pod = tenant_pod(ephemeralContainers=[
+        {"name": "dbg", "image": "busybox", "env": [{"name": "K", "valueFrom": {"secretKeyRef": {"name": "creds",
+                                                                                               "key": "k"}}}]},
+        {"name": "root", "image": "busybox", "securityContext": {"privileged": True}}])
+    assert "ephemeralContainers" not in compute_pod(pod, B)["spec"], "added later, through the subresource"
+    assert "creds" in needs_of(pod).secrets, "its references are copied like the pod's"
+    [dbg] = compute_ephemeral(pod, ["dbg"], dataclasses.replace(B, tenant_api=("192.0.2.1", 6443)))
+    env = {e["name"]: e for e in dbg["env"]}
+    assert env["K"]["valueFrom"]["secretKeyRef"]["name"] == naming.compute_name("tenant-1", "ml", "creds")
+    assert env["KUBERNETES_SERVICE_HOST"]["value"] == "192.0.2.1"
+    assert pod["spec"]["ephemeralContainers"][0]["env"][0]["valueFrom"]["secretKeyRef"]["name"] == "creds", \
+        "the tenant pod is not changed"
+    assert refusal({"spec": {"ephemeralContainers": [pod["spec"]["ephemeralContainers"][1]]}}) is not None
+    assert refusal({"spec": {"ephemeralContainers": [pod["spec"]["ephemeralContainers"][0]]}}) is None
+
+
+def test_a_refused_debug_container_is_shown_terminated_with_why_and_written_once() -> None:
+    tenant = tenant_pod(ephemeralContainers=[{"name": "root", "image": "busybox"}])
+    tenant["status"] = {"phase": "Running"}
+    compute = {"status": {"phase": "Running", "containerStatuses": [{"name": "main", "ready": True}]}}
+    refused = {"root": ("container 'root' is privileged", "2026-12-05T12:00:00Z")}
+    new = status.mirrored(compute, tenant, "10.0.0.1", refused)
+    assert new is not None
+    [shown] = new["ephemeralContainerStatuses"]
+    assert shown["name"] == "root" and shown["image"] == "busybox"
+    assert shown["state"]["terminated"]["reason"] == "Refused"
+    assert shown["state"]["terminated"]["message"] == "container 'root' is privileged"
+    tenant["status"] = {**tenant["status"], **new}
+    assert status.mirrored(compute, tenant, "10.0.0.1", refused) is None, "the same status is not written again"
 
 
 def test_compute_names_are_deterministic_collision_free_and_short() -> None:
