@@ -75,8 +75,10 @@ def mirrored(compute: Obj, tenant: Obj, host_ip: str, refused: dict[str, tuple[s
                                       "finishedAt": when}}}
             for name, (why, when) in sorted(refused.items()))]
     new.setdefault("phase", "Pending")
-    conds = [c for c in src.get("conditions") or [] if c.get("type") in MIRRORED_CONDITIONS]
+    conds = _gated_ready([c for c in src.get("conditions") or [] if c.get("type") in MIRRORED_CONDITIONS], tenant)
     conds.append(_forwarded_condition(old))
+    # what the tenant's own controllers set (a readiness gate's condition, for one) stays
+    conds += [c for c in old.get("conditions") or [] if c.get("type") not in MIRRORED_CONDITIONS | {FORWARDED}]
     new["conditions"] = conds
     new["hostIP"] = host_ip
     new["hostIPs"] = [{"ip": host_ip}]
@@ -87,6 +89,28 @@ def mirrored(compute: Obj, tenant: Obj, host_ip: str, refused: dict[str, tuple[s
         if k in old and k not in new:
             new[k] = None
     return new
+
+
+def _gated_ready(conds: list[Obj], tenant: Obj) -> list[Obj]:
+    """``Ready`` as a kubelet of the tenant cluster would say it: the compute pod's, but False while one of
+    the tenant pod's readiness gates (conditions its own controllers set, e.g. a load balancer's) is not
+    True. The compute copy has no gates (nothing there would ever set them)."""
+    gates = [g.get("conditionType", "") for g in tenant.get("spec", {}).get("readinessGates") or []]
+    have = conditions(tenant.get("status", {}))
+    waiting = next((g for g in gates if have.get(g, {}).get("status") != "True"), None)
+    if waiting is None:
+        return conds
+    message = (f'corresponding condition of pod readiness gate "{waiting}" does not exist.' if waiting not in have
+               else f'the status of pod readiness gate "{waiting}" is not "True", but {have[waiting].get("status")}')
+    out = []
+    for c in conds:
+        if c.get("type") == "Ready" and c.get("status") == "True":
+            prior = have.get("Ready") or {}
+            since = prior.get("lastTransitionTime") if prior.get("status") == "False" else None
+            c = {"type": "Ready", "status": "False", "reason": "ReadinessGatesNotReady", "message": message,
+                 "lastTransitionTime": since or c.get("lastTransitionTime") or now()}
+        out.append(c)
+    return out
 
 
 def failed(tenant: Obj, reason: str, message: str, disruption: bool = False) -> Obj:

@@ -199,7 +199,7 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
 
     for key in ("nodeName", "priority", "priorityClassName", "preemptionPolicy", "serviceAccount",
                 "serviceAccountName", "topologySpreadConstraints", "schedulingGates", "ephemeralContainers",
-                "runtimeClassName", "overhead"):
+                "runtimeClassName", "overhead", "readinessGates"):
         spec.pop(key, None)
     spec["schedulerName"] = SCHEDULER_NAME
     # Held until the tenant pod records that its copy exists (see pods.py): the gate keeps it from

@@ -707,6 +707,31 @@ async def test_kubectl_debug_adds_its_container_to_the_compute_pod_and_a_privile
     await core.delete_namespaced_pod("debugged", tenant_ns)
 
 
+async def test_a_readiness_gate_is_the_tenants_to_open_and_its_condition_is_never_overwritten(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """A pod with a readiness gate (as a load balancer's controller adds one) runs, but is Ready only once
+    the tenant-side controller sets the gate's condition, as on a kubelet of the tenant cluster; the vnode's
+    later status writes keep that condition."""
+    core = client.CoreV1Api(tenant_api)
+    await core.create_namespaced_pod(tenant_ns, tenant_pod(
+        "gated", automountServiceAccountToken=False, readinessGates=[{"conditionType": "example.com/lb-ready"}]))
+
+    async def ready(want: str) -> Any:
+        pod = await core.read_namespaced_pod("gated", tenant_ns)
+        conds = {c.type: c for c in pod.status.conditions or []}
+        return pod if pod.status.phase == "Running" and "Ready" in conds and conds["Ready"].status == want else None
+
+    held = await eventually(lambda: ready("False"), timeout=30, what="Running, not Ready")
+    cond = next(c for c in held.status.conditions if c.type == "Ready")
+    assert cond.reason == "ReadinessGatesNotReady", cond
+    assert next(c for c in held.status.conditions if c.type == "ContainersReady").status == "True"
+    await core.patch_namespaced_pod_status("gated", tenant_ns, {"status": {"conditions": [
+        {"type": "example.com/lb-ready", "status": "True"}]}})  # strategic merge, as a controller writes it
+    opened = await eventually(lambda: ready("True"), timeout=30, what="Ready once the gate is open")
+    assert any(c.type == "example.com/lb-ready" and c.status == "True" for c in opened.status.conditions)
+    await core.delete_namespaced_pod("gated", tenant_ns)
+
+
 def _cached(vnode: Component) -> dict[str, float]:
     """The vnode's informer cache sizes (its /metrics)."""
     prefix = 'kube_ferry_vnode_cached_objects{cache="'

@@ -95,6 +95,33 @@ def test_a_refused_debug_container_is_shown_terminated_with_why_and_written_once
     assert status.mirrored(compute, tenant, "10.0.0.1", refused) is None, "the same status is not written again"
 
 
+def test_a_readiness_gate_holds_ready_until_the_tenants_controller_sets_its_condition_which_stays() -> None:
+    """The copy has no gates (nothing in the compute cluster would set them); the tenant pod is Ready only once
+    its gate's condition is True, and conditions the tenant's controllers set survive every status write."""
+    tenant = tenant_pod(readinessGates=[{"conditionType": "example.com/lb-ready"}])
+    assert "readinessGates" not in compute_pod(tenant, B)["spec"]
+    tenant["status"] = {"phase": "Pending", "conditions": [
+        {"type": "example.com/other", "status": "True", "lastTransitionTime": "2026-12-05T11:00:00Z"}]}
+    compute = {"status": {"phase": "Running", "conditions": [
+        {"type": "ContainersReady", "status": "True", "lastTransitionTime": "2026-12-05T12:00:00Z"},
+        {"type": "Ready", "status": "True", "lastTransitionTime": "2026-12-05T12:00:00Z"}]}}
+    new = status.mirrored(compute, tenant, "10.0.0.1")
+    assert new is not None
+    conds = status.conditions(new)
+    assert conds["ContainersReady"]["status"] == "True"
+    assert conds["Ready"]["status"] == "False" and conds["Ready"]["reason"] == "ReadinessGatesNotReady"
+    assert '"example.com/lb-ready" does not exist' in conds["Ready"]["message"]
+    assert conds["example.com/other"]["status"] == "True", "a condition the vnode does not own is kept"
+    tenant["status"] = {**tenant["status"], **new}
+    assert status.mirrored(compute, tenant, "10.0.0.1") is None, "nothing new: no write"
+    tenant["status"]["conditions"].append({"type": "example.com/lb-ready", "status": "True",
+                                           "lastTransitionTime": "2026-12-05T12:01:00Z"})
+    new = status.mirrored(compute, tenant, "10.0.0.1")
+    assert new is not None
+    conds = status.conditions(new)
+    assert conds["Ready"]["status"] == "True" and conds["example.com/lb-ready"]["status"] == "True"
+
+
 def test_compute_names_are_deterministic_collision_free_and_short() -> None:
     a = naming.compute_name("t1", "a-b", "c")
     assert a == naming.compute_name("t1", "a-b", "c")
