@@ -238,8 +238,9 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
         if proj := vol.get("projected"):
             proj["sources"] = [s for src in proj.get("sources") or []
                                for s in _projected(src, rename_cm, rename_sec, token)]
+    fields = _tenant_fields(pod, b)
     for c in _containers(spec):
-        _translate_container(c, ns, name, rename_cm, rename_sec, b)
+        _translate_container(c, fields, rename_cm, rename_sec, b)
     if spec.get("imagePullSecrets"):
         spec["imagePullSecrets"] = [{"name": rename_sec[r["name"]]} for r in spec["imagePullSecrets"]]
     return {
@@ -254,12 +255,21 @@ def compute_ephemeral(pod: Obj, names: list[str], b: Bridge) -> list[Obj]:
     """The tenant pod's ephemeral containers ``names`` (``kubectl debug``) as its compute copy gets them: the
     same translation as its other containers (a pod's ephemeral containers can only be added, through the
     pod's ``ephemeralcontainers`` subresource)."""
-    meta = pod["metadata"]
     rename_cm, rename_sec = _renames(pod, b)
+    fields = _tenant_fields(pod, b)
     out = [copy.deepcopy(c) for c in pod.get("spec", {}).get("ephemeralContainers") or [] if c.get("name") in names]
     for c in out:
-        _translate_container(c, meta["namespace"], meta["name"], rename_cm, rename_sec, b)
+        _translate_container(c, fields, rename_cm, rename_sec, b)
     return out
+
+
+def _tenant_fields(pod: Obj, b: Bridge) -> dict[str, str]:
+    """What the downward API gives a container of the tenant pod, where the compute copy would say
+    otherwise: its own name, namespace and UID (a pod that looks itself up in its API, or names itself an
+    owner, needs the tenant's), its node (the virtual node) and its ServiceAccount."""
+    meta, spec = pod["metadata"], pod.get("spec", {})
+    return {"metadata.namespace": meta["namespace"], "metadata.name": meta["name"], "metadata.uid": meta.get("uid", ""),
+            "spec.nodeName": b.node, "spec.serviceAccountName": spec.get("serviceAccountName") or "default"}
 
 
 def _renames(pod: Obj, b: Bridge) -> tuple[dict[str, str], dict[str, str]]:
@@ -269,8 +279,9 @@ def _renames(pod: Obj, b: Bridge) -> tuple[dict[str, str], dict[str, str]]:
             {n: naming.compute_name(b.tenant, ns, n) for n in needs.secrets})
 
 
-def _translate_container(c: Obj, ns: str, name: str, cms: dict[str, str], secs: dict[str, str], b: Bridge) -> None:
-    _rewrite_env(c, ns, name, cms, secs)
+def _translate_container(c: Obj, fields: dict[str, str], cms: dict[str, str], secs: dict[str, str],
+                         b: Bridge) -> None:
+    _rewrite_env(c, fields, cms, secs)
     if b.tenant_api is not None:
         _tenant_api_env(c, b.tenant_api)
 
@@ -328,8 +339,7 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _rewrite_env(c: Obj, ns: str, name: str, cms: dict[str, str], secs: dict[str, str]) -> None:
-    upstream = {"metadata.namespace": ns, "metadata.name": name}
+def _rewrite_env(c: Obj, upstream: dict[str, str], cms: dict[str, str], secs: dict[str, str]) -> None:
     for env in c.get("env") or []:
         ref = env.get("valueFrom") or {}
         if (fr := ref.get("fieldRef")) and fr.get("fieldPath") in upstream:

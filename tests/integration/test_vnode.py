@@ -72,7 +72,8 @@ async def test_pod_with_configmap_secret_and_token_runs_and_succeeds(
     body["spec"]["volumes"] = [{"name": "cfg", "configMap": {"name": "settings"}}]
     body["spec"]["containers"][0]["volumeMounts"] = [{"name": "cfg", "mountPath": "/etc/cfg"}]
     body["spec"]["containers"][0]["env"] = [{"name": "KEY", "valueFrom": {"secretKeyRef": {"name": "creds",
-                                                                                         "key": "key"}}}]
+                                                                                         "key": "key"}}},
+                                            {"name": "ME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}]
     created = await core.create_namespaced_pod(tenant_ns, body)
     uid = created.metadata.uid
 
@@ -89,6 +90,7 @@ async def test_pod_with_configmap_secret_and_token_runs_and_succeeds(
     cm_name = next(v.config_map.name for v in cpod.spec.volumes if v.config_map)
     assert (await ccore.read_namespaced_config_map(cm_name, "tenant-1")).data == {"lr": "0.1"}
     secret_ref = next(e for e in cpod.spec.containers[0].env if e.name == "KEY").value_from.secret_key_ref.name
+    assert next(e for e in cpod.spec.containers[0].env if e.name == "ME").value == uid, "its tenant UID"
     copied = await ccore.read_namespaced_secret(secret_ref, "tenant-1")
     assert base64.b64decode(copied.data["key"]).decode() == "s3cr3t"
     # The service-account token is issued by the tenant cluster, for this pod's ServiceAccount.

@@ -162,7 +162,11 @@ def test_references_are_renamed_to_copies_and_the_token_comes_from_the_tenant() 
                                                  "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]}}])
     pod["spec"]["containers"][0]["env"] = [
         {"name": "PW", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "pw"}}},
-        {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]
+        {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": "UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+        {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": "SA", "valueFrom": {"fieldRef": {"fieldPath": "spec.serviceAccountName"}}},
+        {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
     needs = needs_of(pod)
     assert needs.configmaps == {"settings", "kube-root-ca.crt"} and needs.secrets == {"creds"}
     assert needs.token is not None and needs.subdomain == "job"
@@ -176,6 +180,10 @@ def test_references_are_renamed_to_copies_and_the_token_comes_from_the_tenant() 
     env = {e["name"]: e for e in out["spec"]["containers"][0]["env"]}
     assert env["PW"]["valueFrom"]["secretKeyRef"]["name"] == naming.compute_name("tenant-1", "ml", "creds")
     assert env["NS"] == {"name": "NS", "value": "ml"}, "the pod sees its tenant namespace, not the compute one"
+    assert env["UID"] == {"name": "UID", "value": "u-1"}, "its tenant UID (an owner reference to itself holds)"
+    assert env["NODE"] == {"name": "NODE", "value": "ferry-tenant-1"}, "the node its tenant API knows"
+    assert env["SA"] == {"name": "SA", "value": "trainer"}, "the copy runs under no ServiceAccount of its own"
+    assert env["IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}, "its IP is the compute pod's"
     assert out["spec"]["subdomain"] == naming.compute_name("tenant-1", "ml", "job")
 
 
