@@ -286,7 +286,26 @@ class Gangs:
         if found is None:
             return
         kind, group = found
-        cstat = compute_group.get("status") or {}
+        await self._reflect_status(kind, group, compute_group.get("status") or {})
+
+    async def reflect_from_pods(self, gang: GangRef) -> None:
+        """A tenant PodGroup named by pods that were bridged before they named it (Volcano's PodGroup
+        controller gives a plain pod of its scheduler a group only after the pod is bound): no compute
+        PodGroup stands for it, so its phase and counts come from those pods, as they would from a gang."""
+        group = self.tenant_group(gang) if gang.kind in ADMITTED else None
+        if group is None:
+            return
+        phases = [p.get("status", {}).get("phase") for p in list(self.caches.tenant_pods.store.values())
+                  if p["metadata"]["namespace"] == gang.namespace and gang_of(p) == gang]
+        counts = {k: phases.count(phase) for k, phase in (("running", "Running"), ("succeeded", "Succeeded"),
+                                                          ("failed", "Failed"))}
+        ended = bool(phases) and counts["succeeded"] + counts["failed"] == len(phases)
+        phase = "Running" if counts["running"] else ("Failed" if counts["failed"] else "Succeeded") if ended \
+            else "Pending"
+        await self._reflect_status(gang.kind, group, {"phase": phase, **counts})
+
+    async def _reflect_status(self, kind: str, group: Obj, cstat: Obj) -> None:
+        """The tenant group's status for a compute group's (or its pods') phase and counts, if it changed."""
         table = VOLCANO_PHASE if kind == "volcano" else PLUGINS_PHASE
         want: Obj = {"phase": table.get(cstat.get("phase", "Pending"), ADMITTED[kind])}
         for k in ("running", "succeeded", "failed"):

@@ -14,6 +14,7 @@ from typing import Any
 
 import structlog
 
+from ferry.keys import POD_GROUP_LABEL
 from ferry.kube.rest import Rest, message_of, path, status_of
 from ferry.kube.timestamps import now
 from ferry.kube.workqueue import WorkQueue
@@ -22,7 +23,7 @@ from vnode.caches import Caches
 from vnode.copies import Copies, MissingDependency
 from vnode.events import Recorder
 from vnode.gangs import Gangs, InvalidGroup, NotReady
-from vnode.translate import FORWARDING_GATE, Bridge, PodSecurity, compute_ephemeral, compute_pod, refusal
+from vnode.translate import FORWARDING_GATE, Bridge, PodSecurity, compute_ephemeral, compute_pod, gang_of, refusal
 from vnode.volumes import ClaimNotReady, UnservableClaim, Volumes
 
 Obj = dict[str, Any]
@@ -153,6 +154,8 @@ class PodReconciler:
             await self.gangs.restore(tp)
         cp = await self._add_ephemeral(key, tp, cp)
         await self._mirror(key, tp, cp)
+        if (gang := gang_of(tp)) is not None and POD_GROUP_LABEL not in (cp["metadata"].get("labels") or {}):
+            await self.gangs.reflect_from_pods(gang)  # a group named after the pod was bridged
 
     async def _create(self, key: str, tp: Obj) -> None:
         why = refusal(tp, self.pod_security, claims=self.volumes is not None)

@@ -9,6 +9,8 @@ cluster whose Volcano scheduler is the virtual node, as a tenant admin installs 
   leave the compute cluster.
 - Preempted whole for another queue's guarantee, a vcjob restarts whole (``PodEvicted: RestartJob``): its
   new pods wait as one gang while the node is taken, and run once it is free.
+- A plain Deployment whose pods name the ``volcano`` scheduler gets its PodGroup from Volcano's PodGroup
+  controller and runs through the virtual node; scaled to nothing, it leaves nothing in the compute cluster.
 
 The webhooks are served by the process and called by URL with a certificate the test issues (local planes
 have no cluster network); the release's webhook configurations are reproduced below with that change."""
@@ -73,7 +75,8 @@ def webhook_configurations(port: int, ca: bytes) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def volcano_jobs(planes: ControlPlanes, binaries: Binaries, vnodes: dict[str, Component],
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[subprocess.Popen[bytes]]:
-    """Volcano's job and queue controllers watching tenant-2, its vcjob webhooks registered while they run.
+    """Volcano's job, queue and PodGroup controllers watching tenant-2, its vcjob webhooks registered while
+    they run.
     The PodGroup CRD stays the one the tenant planes install (Volcano's fields, unknown ones kept)."""
     op = ensure_operator(VOLCANO_JOBS)
     kubeconfig = planes.kubeconfig(TENANT)
@@ -100,7 +103,8 @@ def volcano_jobs(planes: ControlPlanes, binaries: Binaries, vnodes: dict[str, Co
                      f"--enabled-admission={','.join(ADMISSIONS)}"]
         with logged_process(hooks_cmd, env, hooks_log) as hooks, \
              logged_process([str(op.binary), f"--kubeconfig={kubeconfig}", "--leader-elect=false",
-                             "--controllers=job-controller,queue-controller"], env, controllers_log) as controllers:
+                             "--controllers=job-controller,queue-controller,pg-controller"], env,
+                            controllers_log) as controllers:
             wait_sync(lambda: b"JobController is running" in controllers_log.read_bytes()
                       or controllers.poll() is not None, 60, f"Volcano's job controller to start ({controllers_log})")
             assert controllers.poll() is None, controllers_log.read_text()[-3000:]
@@ -252,3 +256,38 @@ async def test_a_vcjob_whose_minimum_is_below_its_replicas_runs_its_minimum_and_
                 late = [e.message for e in evs if e.last_timestamp and e.last_timestamp > pod.status.start_time]
                 assert late == [], (pod.metadata.name, pod.status.start_time, late)
         await jobs.delete_namespaced_custom_object(*BATCH, tenant2_ns, "jobs", "part")
+
+
+@pytest.mark.usefixtures("volcano_jobs")
+async def test_a_deployment_for_volcanos_scheduler_gets_its_podgroup_from_volcano_and_runs(
+        tenant2_api: client.ApiClient, compute_api: client.ApiClient, tenant2_ns: str) -> None:
+    """Pods of no vcjob that name the ``volcano`` scheduler: Volcano's PodGroup controller gives their
+    ReplicaSet a PodGroup (minimum 1), the virtual node runs both replicas and reports the group Running;
+    scaled to zero, their compute copies go."""
+    apps, jobs = client.AppsV1Api(tenant2_api), client.CustomObjectsApi(tenant2_api)
+    await apps.create_namespaced_deployment(tenant2_ns, {
+        "metadata": {"name": "serve"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "serve"}}, "template": {
+            "metadata": {"labels": {"app": "serve"}},
+            "spec": {"schedulerName": "volcano", "automountServiceAccountToken": False, "containers": [
+                {"name": "model", "image": "server:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}})
+    core = client.CoreV1Api(tenant2_api)
+    pods = await eventually(lambda: running_pods(core, tenant2_ns, 2), timeout=90, what="both replicas Running")
+    groups = {(p.metadata.annotations or {}).get("scheduling.k8s.io/group-name") for p in pods}
+    assert len(groups) == 1 and None not in groups, groups  # Volcano's PodGroup controller named one group
+
+    async def group_running() -> dict[str, Any] | None:
+        found = (await jobs.list_namespaced_custom_object("scheduling.volcano.sh", "v1beta1", tenant2_ns,
+                                                          "podgroups"))["items"]
+        return found[0] if [g.get("status", {}).get("phase") for g in found] == ["Running"] else None
+
+    group = await eventually(group_running, timeout=30, what="its PodGroup Running")
+    assert group["metadata"]["name"] in groups and group["spec"]["minMember"] == 1, group["spec"]
+    assert len(await live_copies(compute_api, tenant2_ns)) == 2
+    await apps.patch_namespaced_deployment_scale("serve", tenant2_ns, {"spec": {"replicas": 0}})
+
+    async def copies_gone() -> bool:
+        return not await live_copies(compute_api, tenant2_ns)
+
+    await eventually(copies_gone, timeout=60, what="the compute copies gone")
+    await apps.delete_namespaced_deployment("serve", tenant2_ns)
