@@ -6,7 +6,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, IPvAnyAddress, field_validator
 
-from vnode.translate import Bridge, PodSecurity
+from vnode.podsecurity import PodSecurity
+from vnode.translate import Bridge
 
 DEFAULT_SERVED = ("kube-ferry", "volcano", "scheduler-plugins", "scheduler-plugins-scheduler")
 

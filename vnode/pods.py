@@ -23,7 +23,8 @@ from vnode.caches import Caches
 from vnode.copies import Copies, MissingDependency
 from vnode.events import Recorder
 from vnode.gangs import Gangs, InvalidGroup, NotReady
-from vnode.translate import FORWARDING_GATE, Bridge, PodSecurity, compute_ephemeral, compute_pod, gang_of, refusal
+from vnode.podsecurity import PodSecurity
+from vnode.translate import FORWARDING_GATE, Bridge, compute_ephemeral, compute_pod, gang_of, refusal
 from vnode.volumes import ClaimNotReady, UnservableClaim, Volumes
 
 Obj = dict[str, Any]
@@ -181,7 +182,9 @@ class PodReconciler:
             metrics.PODS_CREATED.inc()
             self.created += 1
         except Exception as exc:
-            if status_of(exc) == 422:  # the compute API finds the copy invalid: no retry can help
+            if status_of(exc) == 422 or (status_of(exc) == 403 and "PodSecurity" in message_of(exc)):
+                # the compute API finds the copy invalid, or beyond its namespace's Pod Security level: no
+                # retry can help
                 await self._refuse(tp, f"the compute cluster rejected its copy: {message_of(exc)}")
                 return
             if status_of(exc) != 409:

@@ -16,18 +16,14 @@ from typing import Any, Literal
 
 from ferry.keys import POD_GROUP_LABEL, PREFIX, SCHEDULER_NAME, TASK_LABEL
 from vnode import naming
+from vnode.podsecurity import PodSecurity, violation
 
 Obj = dict[str, Any]
-PodSecurity = Literal["privileged", "baseline", "restricted"]
 
 
 PASS_THROUGH = {PREFIX + k for k in ("gpu-milli", "sim-duration", "sim-exit-code", "task", "movable")}
 DROPPED_ANNOTATIONS = {"kubectl.kubernetes.io/last-applied-configuration"}
 SUPPORTED_VOLUMES = {"configMap", "secret", "emptyDir", "projected", "downwardAPI"}
-# Pod Security Standards, baseline: capabilities a container may add.
-BASELINE_CAPS = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
-                 "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
-RESTRICTED_CAPS = {"NET_BIND_SERVICE"}
 NODE_SELECTOR_DROPPED = re.compile(r"^(kubernetes\.io/(hostname|role|os|arch)|type|node\.kubernetes\.io/.*"
                                    r"|node-role\.kubernetes\.io/.*)$")
 FORWARDING_GATE = PREFIX + "forwarding"
@@ -120,26 +116,7 @@ def refusal(pod: Obj, level: PodSecurity = "baseline", claims: bool = False) -> 
             if kind not in SUPPORTED_VOLUMES and kind != "persistentVolumeClaim":
                 return (f"volume {vol.get('name')!r} has type {kind}, which Kube-Ferry cannot provide in the "
                         f"compute cluster (supported: {', '.join(sorted(SUPPORTED_VOLUMES))})")
-    if level == "privileged":
-        return None
-    for host in ("hostNetwork", "hostPID", "hostIPC"):
-        if spec.get(host):
-            return f"spec.{host} is not allowed by the {level} Pod Security level"
-    allowed = RESTRICTED_CAPS if level == "restricted" else BASELINE_CAPS
-    for c in _containers(spec):
-        sc = c.get("securityContext") or {}
-        name = c.get("name")
-        if sc.get("privileged"):
-            return f"container {name!r} is privileged, which the {level} Pod Security level does not allow"
-        extra = set((sc.get("capabilities") or {}).get("add") or []) - allowed
-        if extra:
-            return (f"container {name!r} adds capabilities {', '.join(sorted(extra))} beyond the {level} "
-                    f"Pod Security level")
-        if any(p.get("hostPort") for p in c.get("ports") or []):
-            return f"container {name!r} uses a hostPort, which the {level} Pod Security level does not allow"
-        if level == "restricted" and sc.get("allowPrivilegeEscalation", True):
-            return f"container {name!r} must set allowPrivilegeEscalation: false (restricted Pod Security level)"
-    return None
+    return violation(pod, level)
 
 
 # ----------------------------------------------------------------------------------------- needs

@@ -40,7 +40,8 @@ ANNOTATION_KEYS = ("kubeferry.io/gpu-milli", "kubeferry.io/queue", "kubeferry.io
 ODD_VALUES = ("250", "0", "-5", "1001", "99999999999999999999", "abc", "½", "tenant-2", "Guaranteed", "Elastic",
               "H900", "", " ", "1e3", "\u202e")
 GPU_LIMITS = ("1", "1", "0", "2", "64", "-1", "1.5", "abc", "1Ki")
-HOSTILE = (None, None, "hostPath", "privileged", "hostNetwork", "capabilities", "hostPort", "unsupportedVolume")
+HOSTILE = (None, None, "hostPath", "privileged", "hostNetwork", "capabilities", "hostPort", "unsupportedVolume",
+           "seccompUnconfined", "unsafeSysctl", "procMount")
 
 
 def _hostile(spec: Obj, kind: str | None) -> None:
@@ -56,6 +57,12 @@ def _hostile(spec: Obj, kind: str | None) -> None:
         container["securityContext"] = {"capabilities": {"add": ["SYS_ADMIN"]}}
     elif kind == "hostPort":
         container["ports"] = [{"containerPort": 80, "hostPort": 80}]
+    elif kind == "seccompUnconfined":
+        container["securityContext"] = {"seccompProfile": {"type": "Unconfined"}}
+    elif kind == "unsafeSysctl":
+        spec["securityContext"] = {"sysctls": [{"name": "kernel.msgmax", "value": "65536"}]}
+    elif kind == "procMount":
+        container["securityContext"] = {"procMount": "Unmasked"}
     elif kind == "unsupportedVolume":
         spec["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "nowhere"}}]
         container["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
@@ -170,7 +177,8 @@ def test_hostile_pods_are_rejected_or_explained_and_nothing_stops(
     for name, comp in (*vnodes.items(), ("scheduler", ferry_scheduler)):
         assert comp.alive(), f"{name} died on the batch: {outcome}"
     hostile = [b["metadata"]["name"] for b in batch if b["spec"].get("hostNetwork") or b["spec"].get("volumes")
-               or b["spec"]["containers"][0].get("securityContext") or b["spec"]["containers"][0].get("ports")]
+               or b["spec"].get("securityContext") or b["spec"]["containers"][0].get("securityContext")
+               or b["spec"]["containers"][0].get("ports")]
     for name in hostile:  # rejected, refused by the vnode or never placed: never run
         assert not outcome[name].startswith(("Running", "Succeeded")), (name, outcome[name])
 

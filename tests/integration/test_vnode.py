@@ -221,6 +221,25 @@ async def test_host_path_pod_is_refused_and_nothing_reaches_compute(
     assert await compute_pod_of(compute_api, "tenant-1", uid) is None
 
 
+async def test_a_pod_beyond_the_baseline_level_is_refused_and_the_compute_namespace_enforces_it_too(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """An unconfined seccomp profile (one of the baseline Pod Security controls beyond the privileged flag):
+    the vnode refuses the pod, saying which control; and the tenant's compute namespace enforces the same
+    level on anything else that would create a pod there."""
+    core = client.CoreV1Api(tenant_api)
+    body = tenant_pod("unconfined", automountServiceAccountToken=False,
+                      securityContext={"seccompProfile": {"type": "Unconfined"}})
+    uid = (await core.create_namespaced_pod(tenant_ns, body)).metadata.uid
+    failed = await eventually(lambda: _with_phase(core, tenant_ns, "unconfined", "Failed"), what="refused")
+    assert failed.status.reason == "Refused" and "seccomp profile Unconfined" in failed.status.message
+    assert await compute_pod_of(compute_api, "tenant-1", uid) is None
+    with pytest.raises(ApiException) as err:
+        await client.CoreV1Api(compute_api).create_namespaced_pod("tenant-1", {
+            "metadata": {"name": "sidestep"}, "spec": {"securityContext": {"seccompProfile": {"type": "Unconfined"}},
+                                                       "containers": [{"name": "c", "image": "i"}]}})
+    assert err.value.status == 403 and "PodSecurity" in str(err.value.body), err.value.body
+
+
 async def test_a_copy_the_compute_api_rejects_fails_the_pod_with_the_apis_reason(
         tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
     """Annotations just under the tenant API's 256 KiB limit: the copy's own marks push it over in the

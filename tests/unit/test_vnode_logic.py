@@ -194,10 +194,55 @@ def test_references_are_renamed_to_copies_and_the_token_comes_from_the_tenant() 
     ({"containers": [{"name": "c", "image": "i", "securityContext": {"privileged": True}}]}, "privileged"),
     ({"containers": [{"name": "c", "image": "i", "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}]},
      "SYS_ADMIN"),
+    ({"securityContext": {"sysctls": [{"name": "kernel.msgmax", "value": "1"},
+                                      {"name": "net.ipv4.tcp_syncookies", "value": "1"}]}},
+     "sysctls kernel.msgmax are"),
+    ({"securityContext": {"seccompProfile": {"type": "Unconfined"}}}, "the pod sets seccomp profile Unconfined"),
+    ({"containers": [{"name": "c", "image": "i", "securityContext": {"seccompProfile": {"type": "Unconfined"}}}]},
+     "container 'c' sets seccomp profile Unconfined"),
+    ({"containers": [{"name": "c", "image": "i", "securityContext": {"appArmorProfile": {"type": "Unconfined"}}}]},
+     "AppArmor profile Unconfined"),
+    ({"containers": [{"name": "c", "image": "i", "securityContext": {"procMount": "Unmasked"}}]}, "procMount Unmasked"),
+    ({"securityContext": {"seLinuxOptions": {"type": "spc_t"}}}, "SELinux options"),
+    ({"containers": [{"name": "c", "image": "i", "securityContext": {"seLinuxOptions": {"user": "system_u"}}}]},
+     "SELinux options"),
+    ({"securityContext": {"windowsOptions": {"hostProcess": True}}}, "HostProcess"),
+    ({"ephemeralContainers": [{"name": "dbg", "image": "i", "securityContext": {"privileged": True}}]},
+     "container 'dbg' is privileged"),
 ])
 def test_unsafe_pods_are_refused_with_a_reason(patch: dict[str, Any], words: str) -> None:
+    """The baseline Pod Security Standard's controls, each named in the refusal a tenant's user reads."""
     why = refusal(tenant_pod(**patch), "baseline")
-    assert why is not None and words in why
+    assert why is not None and words in why, why
+    if "volumes" not in patch:  # volumes the compute cluster cannot give are refused at every level
+        assert refusal(tenant_pod(**patch), "privileged") is None, "the platform may allow it"
+
+
+def test_an_apparmor_annotation_beyond_runtime_default_or_localhost_is_refused() -> None:
+    pod = tenant_pod()
+    pod["metadata"]["annotations"]["container.apparmor.security.beta.kubernetes.io/main"] = "unconfined"
+    assert "AppArmor profile 'unconfined' of container 'main'" in (refusal(pod, "baseline") or "")
+    for fine in ("runtime/default", "localhost/my-profile"):
+        pod["metadata"]["annotations"]["container.apparmor.security.beta.kubernetes.io/main"] = fine
+        assert refusal(pod, "baseline") is None, fine
+
+
+def test_what_baseline_allows_passes_and_restricted_asks_for_its_hardening() -> None:
+    safe = {"sysctls": [{"name": "net.ipv4.ip_local_port_range", "value": "1024 65000"}],
+            "seccompProfile": {"type": "RuntimeDefault"}, "seLinuxOptions": {"type": "container_t"}}
+    pod = tenant_pod(securityContext=safe)
+    assert refusal(pod, "baseline") is None
+    why = refusal(pod, "restricted")
+    assert why is not None and "allowPrivilegeEscalation" in why
+    hardened = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    pod["spec"]["containers"][0]["securityContext"] = hardened
+    assert "runAsNonRoot" in (refusal(pod, "restricted") or "")
+    pod["spec"]["securityContext"] = {**safe, "runAsNonRoot": True}
+    assert refusal(pod, "restricted") is None, "hardened: the pod's seccomp and runAsNonRoot cover its container"
+    pod["spec"]["containers"][0]["securityContext"] = {**hardened, "runAsUser": 0}
+    assert "user 0" in (refusal(pod, "restricted") or "")
+    pod["spec"]["containers"][0]["securityContext"] = {**hardened, "capabilities": {"drop": ["NET_RAW"]}}
+    assert "drop capabilities ALL" in (refusal(pod, "restricted") or "")
 
 
 def test_a_claim_is_mounted_as_its_compute_claim_only_where_the_vnode_provisions_a_storage_class() -> None:
