@@ -17,11 +17,18 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
-from tests.helpers import api_client, eventually, guarantee_claiming, kubectl, reserved_node, vnode_metrics
+from tests.helpers import (
+    MERGE_PATCH,
+    api_client,
+    eventually,
+    guarantee_claiming,
+    kubectl,
+    reserved_node,
+    vnode_metrics,
+)
 from vnode import naming
 
 pytestmark = pytest.mark.usefixtures("vnodes")
-MERGE = "application/merge-patch+json"
 TOLERATION = {"key": "virtual-kubelet.io/provider", "operator": "Exists", "effect": "NoSchedule"}
 
 
@@ -597,12 +604,12 @@ async def test_node_capacity_follows_the_queue_maximum(tenant_api: client.ApiCli
         return bool(node.status.allocatable["nvidia.com/gpu"] == want)
 
     await custom.patch_cluster_custom_object("scheduling.kubeferry.io", "v1alpha1", "queues", "tenant-1",
-                                             {"spec": {"max": {"gpu": "24"}}}, _content_type=MERGE)
+                                             {"spec": {"max": {"gpu": "24"}}}, _content_type=MERGE_PATCH)
     try:
         await eventually(lambda: gpus("24"), timeout=20, what="allocatable capped at the queue maximum")
     finally:
         await custom.patch_cluster_custom_object("scheduling.kubeferry.io", "v1alpha1", "queues", "tenant-1",
-                                                 {"spec": {"max": None}}, _content_type=MERGE)
+                                                 {"spec": {"max": None}}, _content_type=MERGE_PATCH)
     nodes = (await client.CoreV1Api(compute_api).list_node()).items
     total = sum(int(n.status.allocatable.get("nvidia.com/gpu", 0)) for n in nodes)
     await eventually(lambda: gpus(str(total)), timeout=20, what="allocatable back to the cluster's GPUs")
