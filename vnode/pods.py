@@ -182,9 +182,7 @@ class PodReconciler:
             metrics.PODS_CREATED.inc()
             self.created += 1
         except Exception as exc:
-            if status_of(exc) == 422 or (status_of(exc) == 403 and "PodSecurity" in message_of(exc)):
-                # the compute API finds the copy invalid, or beyond its namespace's Pod Security level: no
-                # retry can help
+            if _unfixable(exc):
                 await self._refuse(tp, f"the compute cluster rejected its copy: {message_of(exc)}")
                 return
             if status_of(exc) != 409:
@@ -256,7 +254,7 @@ class PodReconciler:
         try:
             updated = await self.compute.patch(url, body, content_type=STRATEGIC)
         except Exception as exc:
-            if status_of(exc) != 422:
+            if not _unfixable(exc):
                 raise
             for name in allowed:
                 refused[name] = (f"the compute cluster rejected it: {message_of(exc)}", now())
@@ -432,6 +430,12 @@ class PodReconciler:
         if _held(cp):
             await self._drop_hold(cp)
         log.info("compute pod deleted", pod=meta["name"], why=why)
+
+
+def _unfixable(exc: Exception) -> bool:
+    """The compute API finds a copy invalid, or beyond its namespace's Pod Security level: no retry can
+    help, and the tenant's user is told the API's words."""
+    return status_of(exc) == 422 or (status_of(exc) == 403 and "PodSecurity" in message_of(exc))
 
 
 def _preempted(pod: Obj) -> bool:
