@@ -65,6 +65,8 @@ contexts: [{name: compute, context: {cluster: compute, user: vnode, namespace: "
 current-context: compute
 YAML
   T="kubectl --kubeconfig $WORK/ferry-$t.kubeconfig"
+  # the tenant apiserver as compute pods reach it: its container on kind's network (a name its certificate has)
+  TENANT_API=$(kind get kubeconfig --internal --name "ferry-$t" | sed -n 's#^ *server: https://##p')
   mkdir -p "$WORK/$t"
   docker exec "ferry-$t-control-plane" cat /etc/kubernetes/pki/ca.crt > "$WORK/$t/client-ca.crt"
   openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=ferry-$t" \
@@ -82,7 +84,7 @@ configMapGenerator:
   namespace: kube-ferry-system
   behavior: replace
   options: {disableNameSuffixHash: true}
-  literals: [tenant=$t, dns-server=$DNS, tenant-api=]
+  literals: [tenant=$t, dns-server=$DNS, tenant-api=$TENANT_API]
   files: [client-ca.crt]
 YAML
   $T apply --server-side -k "$WORK/$t"
