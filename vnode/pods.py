@@ -249,8 +249,10 @@ class PodReconciler:
         if not allowed:
             return cp
         url = path("", "v1", "pods", self.b.namespace, cp["metadata"]["name"], "ephemeralcontainers")
+        order = [c["name"] for c in tp["spec"]["ephemeralContainers"] if c["name"] in have or c["name"] in allowed]
         body = {"metadata": {"uid": cp["metadata"]["uid"]},
-                "spec": {"ephemeralContainers": compute_ephemeral(tp, allowed, self.b)}}
+                "spec": {"$setElementOrder/ephemeralContainers": [{"name": n} for n in order],  # the tenant's
+                         "ephemeralContainers": compute_ephemeral(tp, allowed, self.b)}}
         try:
             updated = await self.compute.patch(url, body, content_type=STRATEGIC)
         except Exception as exc:

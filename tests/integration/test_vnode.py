@@ -721,6 +721,9 @@ async def test_kubectl_debug_adds_its_container_to_the_compute_pod_and_a_privile
 
     running = await eventually(lambda: state("debugger"), timeout=30, what="its status in the tenant pod")
     assert running.running is not None, running
+    kubectl(k, cfg, "debug", "-n", tenant_ns, "debugged", "--image=busybox:1", "-c", "second",
+            "--profile=baseline")
+    assert (await eventually(lambda: state("second"), timeout=30, what="a second one's status")).running
 
     kubectl(k, cfg, "debug", "-n", tenant_ns, "debugged", "--image=busybox:1", "-c", "root-shell",
             "--profile=sysadmin")
@@ -730,7 +733,7 @@ async def test_kubectl_debug_adds_its_container_to_the_compute_pod_and_a_privile
         "involvedObject.name=debugged,reason=Refused"))).items
     assert any("'root-shell'" in e.message and "privileged" in e.message for e in events), events
     cpod = await compute_pod_of(compute_api, "tenant-1", uid)
-    assert [c.name for c in cpod.spec.ephemeral_containers] == ["debugger"], "never added to the copy"
+    assert [c.name for c in cpod.spec.ephemeral_containers] == ["debugger", "second"], "never added to the copy"
     assert (await core.read_namespaced_pod("debugged", tenant_ns)).status.phase == "Running", "the pod runs on"
     await core.delete_namespaced_pod("debugged", tenant_ns)
 
