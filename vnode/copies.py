@@ -106,6 +106,8 @@ class Copies:
                 await self._copy_service(svc)
         if needs.token is not None:
             return await self._token(pod, needs.token)
+        if needs.identity:
+            await self._identity(pod)
         return None
 
     async def _upsert(self, kind: str, obj: Obj, cache: dict[str, Obj]) -> None:
@@ -240,7 +242,7 @@ class Copies:
         key = f"{self.b.namespace}/{name}"
         have = self.caches.compute_secrets.store.get(key)
         now = time.time()
-        if have is not None:
+        if have is not None and _of_pod(have, pod):  # else an earlier pod's of this name: its token is void
             ann = have["metadata"].get("annotations") or {}
             issued, expires = float(ann.get(TOKEN_ISSUED, 0)), float(ann.get(TOKEN_EXPIRES, 0))
             refresh_at = issued + self.token_refresh_at * (expires - issued)
@@ -255,15 +257,8 @@ class Copies:
             req["spec"]["audiences"] = [source["audience"]]
         resp = await self.tenant.create(path("", "v1", "serviceaccounts", meta["namespace"], sa, "token"), req)
         expires = status.epoch(resp["status"]["expirationTimestamp"])
-        body: Obj = {
-            "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": name, "namespace": self.b.namespace,
-                         "labels": {**naming.owner_labels(self.b.tenant, self.b.node, meta["namespace"]),
-                                    naming.KIND_LABEL: "ServiceAccountToken"},
-                         "annotations": {naming.UPSTREAM_NAME_ANNOTATION: meta["name"],
-                                         TOKEN_ISSUED: str(now), TOKEN_EXPIRES: str(expires)}},
-            "stringData": {"token": resp["status"]["token"], "namespace": meta["namespace"]},
-        }
+        body = self._identity_secret(pod, {"token": resp["status"]["token"]})
+        body["metadata"]["annotations"] |= {TOKEN_ISSUED: str(now), TOKEN_EXPIRES: str(expires)}
         url = path("", "v1", "secrets", self.b.namespace)
         if have is None:
             try:
@@ -276,6 +271,39 @@ class Copies:
             body["metadata"]["resourceVersion"] = have["metadata"]["resourceVersion"]
             self.caches.compute_secrets.remember(await self.compute.put(f"{url}/{name}", body), replaces=have)
         return self.token_refresh_at * (expires - now)
+
+    def _identity_secret(self, pod: Obj, extra: dict[str, str]) -> Obj:
+        """The pod's compute Secret (``token_secret_name``): its tenant namespace, name and UID, which its
+        downward-API files read (translate.py ``IDENTITY_KEYS``), and ``extra`` (its token)."""
+        meta = pod["metadata"]
+        return {
+            "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": token_secret_name(self.b, pod), "namespace": self.b.namespace,
+                         "labels": {**naming.owner_labels(self.b.tenant, self.b.node, meta["namespace"], meta["uid"]),
+                                    naming.KIND_LABEL: "ServiceAccountToken"},
+                         "annotations": {naming.UPSTREAM_NAME_ANNOTATION: meta["name"]}},
+            "stringData": {**extra, "namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"]},
+        }
+
+    async def _identity(self, pod: Obj) -> None:
+        """The pod's Secret without a token, for a pod whose downward-API files name it but that mounts no
+        ServiceAccount token: made once per pod (an earlier pod's of the same name is replaced)."""
+        body = self._identity_secret(pod, {})
+        url = path("", "v1", "secrets", self.b.namespace)
+        name = body["metadata"]["name"]
+        have = self.caches.compute_secrets.store.get(f"{self.b.namespace}/{name}")
+        if have is not None and _of_pod(have, pod):
+            return
+        if have is None:
+            try:
+                self.caches.compute_secrets.remember(await self.compute.create(url, body))
+                return
+            except Exception as exc:
+                if status_of(exc) != 409:
+                    raise
+                have = await self.compute.get(f"{url}/{name}")
+        body["metadata"]["resourceVersion"] = have["metadata"]["resourceVersion"]
+        self.caches.compute_secrets.remember(await self.compute.put(f"{url}/{name}", body), replaces=have)
 
     async def sweep(self, min_age_s: float) -> int:
         """Delete owned copies that no owned compute pod references any more (only after caches synced)
@@ -339,6 +367,11 @@ class Copies:
         cache.store.pop(f"{self.b.namespace}/{name}", None)
         metrics.GC_DELETED.labels(plural).inc()
         return 1
+
+
+def _of_pod(secret: Obj, pod: Obj) -> bool:
+    """The pod's Secret was made for this pod, not for an earlier one of the same name."""
+    return bool((secret["metadata"].get("labels") or {}).get(naming.UPSTREAM_UID_LABEL) == pod["metadata"]["uid"])
 
 
 def _service_form(svc: Obj) -> str:

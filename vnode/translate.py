@@ -69,6 +69,7 @@ class Needs:
     secrets: set[str] = field(default_factory=set)
     token: Obj | None = None  # the projected serviceAccountToken source, if any
     subdomain: str | None = None
+    identity: bool = False  # a downward-API volume names the pod's name, namespace or UID (IDENTITY_KEYS)
 
 
 # ----------------------------------------------------------------------------------------- gangs
@@ -128,6 +129,7 @@ def needs_of(pod: Obj) -> Needs:
             out.configmaps.add(cm["name"])
         if sec := vol.get("secret"):
             out.secrets.add(sec["secretName"])
+        out.identity = out.identity or _names_identity(vol.get("downwardAPI"))
         for src in (vol.get("projected") or {}).get("sources") or []:
             if cm := src.get("configMap"):
                 out.configmaps.add(cm["name"])
@@ -135,6 +137,7 @@ def needs_of(pod: Obj) -> Needs:
                 out.secrets.add(sec["name"])
             if tok := src.get("serviceAccountToken"):
                 out.token = out.token or tok
+            out.identity = out.identity or _names_identity(src.get("downwardAPI"))
     for c in _containers(spec):
         for env in c.get("env") or []:
             ref = env.get("valueFrom") or {}
@@ -152,7 +155,16 @@ def needs_of(pod: Obj) -> Needs:
     return out
 
 
+# what a downward-API file of the tenant pod's identity reads from the pod's Secret (its token's, Copies._token)
+IDENTITY_KEYS = {"metadata.namespace": "namespace", "metadata.name": "name", "metadata.uid": "uid"}
+
+
+def _names_identity(dapi: Obj | None) -> bool:
+    return any((i.get("fieldRef") or {}).get("fieldPath") in IDENTITY_KEYS for i in (dapi or {}).get("items") or [])
+
+
 def token_secret_name(b: Bridge, pod: Obj) -> str:
+    """The compute Secret of a pod's ServiceAccount token and of its identity as downward-API files read it."""
     meta = pod["metadata"]
     return naming.compute_name(b.tenant, meta["namespace"], meta["name"]) + "-sa-token"
 
@@ -215,6 +227,10 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
         if proj := vol.get("projected"):
             proj["sources"] = [s for src in proj.get("sources") or []
                                for s in _projected(src, rename_cm, rename_sec, token)]
+        if _names_identity(dapi := vol.get("downwardAPI")):  # the copy's own name is not the pod's: projected
+            vol.pop("downwardAPI")
+            vol["projected"] = {"sources": _downward(dapi, token),
+                                **({"defaultMode": dapi["defaultMode"]} if "defaultMode" in dapi else {})}
     fields = _tenant_fields(pod, b)
     for c in _containers(spec):
         _translate_container(c, fields, rename_cm, rename_sec, b)
@@ -286,17 +302,24 @@ def _projected(src: Obj, cms: dict[str, str], secs: dict[str, str], token: str) 
     if tok := src.get("serviceAccountToken"):
         return [{"secret": {"name": token, "items": [{"key": "token", "path": tok.get("path", "token")}]}}]
     if dapi := src.get("downwardAPI"):
-        items = dapi.get("items") or []
-        ns_items = [i for i in items if (i.get("fieldRef") or {}).get("fieldPath") == "metadata.namespace"]
-        rest = [i for i in items if i not in ns_items]
-        out: list[Obj] = []
-        if rest:
-            out.append({"downwardAPI": {**dapi, "items": rest}})
-        if ns_items:
-            out.append({"secret": {"name": token, "items": [{"key": "namespace", "path": i["path"]}
-                                                            for i in ns_items]}})
-        return out
+        return _downward(dapi, token)
     return [src]
+
+
+def _downward(dapi: Obj, token: str) -> list[Obj]:
+    """Projected sources for downward-API items: the pod's name, namespace and UID as the tenant pod's,
+    from its Secret; the rest (labels, annotations, resources) as the compute copy's."""
+    items = dapi.get("items") or []
+    mine = [i for i in items if (i.get("fieldRef") or {}).get("fieldPath") in IDENTITY_KEYS]
+    rest = [i for i in items if i not in mine]
+    out: list[Obj] = []
+    if rest:
+        out.append({"downwardAPI": {"items": rest}})
+    if mine:
+        out.append({"secret": {"name": token, "items": [
+            {"key": IDENTITY_KEYS[i["fieldRef"]["fieldPath"]], "path": i["path"], **({"mode": i["mode"]} if "mode" in i
+                                                                                     else {})} for i in mine]}})
+    return out
 
 
 API_ENV = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "KUBERNETES_SERVICE_PORT_HTTPS", "KUBERNETES_PORT")

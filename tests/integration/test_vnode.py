@@ -7,6 +7,7 @@ import asyncio
 import base64
 import ssl
 import uuid
+from collections.abc import Awaitable
 from functools import partial
 from typing import Any
 
@@ -761,6 +762,55 @@ async def test_a_readiness_gate_is_the_tenants_to_open_and_its_condition_is_neve
     opened = await eventually(lambda: ready("True"), timeout=30, what="Ready once the gate is open")
     assert any(c.type == "example.com/lb-ready" and c.status == "True" for c in opened.status.conditions)
     await core.delete_namespaced_pod("gated", tenant_ns)
+
+
+async def test_a_pod_made_again_under_its_name_gets_its_own_token_and_identity_not_the_earlier_ones(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """Operators make pods again under the same names (a restarted vcjob, an MPIJob's workers, a
+    StatefulSet). The compute Secret of a pod's token and identity is named after the pod, and an earlier
+    pod's lingers until collected: the new pod must get a token bound to itself (the earlier one is void
+    once that pod is gone) and its own UID in its downward-API files."""
+    core, ccore = client.CoreV1Api(tenant_api), client.CoreV1Api(compute_api)
+    body = tenant_pod("again", automountServiceAccountToken=True)
+    body["spec"]["volumes"] = [{"name": "info", "downwardAPI": {"items": [
+        {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}},
+        {"path": "uid", "fieldRef": {"fieldPath": "metadata.uid"}}]}}]
+    body["spec"]["containers"][0]["volumeMounts"] = [{"name": "info", "mountPath": "/etc/podinfo"}]
+
+    async def secret_of(uid: str) -> dict[str, str]:
+        await eventually(lambda: _with_phase(core, tenant_ns, "again", "Running"), what="Running")
+        cpod = await compute_pod_of(compute_api, "tenant-1", uid)
+        info = next(v for v in cpod.spec.volumes if v.name == "info")
+        name = info.projected.sources[0].secret.name
+        assert {i.key for i in info.projected.sources[0].secret.items} == {"name", "uid"}
+        data = (await ccore.read_namespaced_secret(name, "tenant-1")).data
+        return {k: base64.b64decode(v).decode() for k, v in data.items()}
+
+    first_uid = (await core.create_namespaced_pod(tenant_ns, body)).metadata.uid
+    first = await secret_of(first_uid)
+    assert (first["name"], first["uid"], first["namespace"]) == ("again", first_uid, tenant_ns)
+    await core.delete_namespaced_pod("again", tenant_ns, grace_period_seconds=0)
+
+    async def gone() -> bool:
+        try:
+            await core.read_namespaced_pod("again", tenant_ns)
+            return False
+        except ApiException as exc:
+            return exc.status == 404
+
+    await eventually(gone, timeout=30, what="the first pod gone")
+    second_uid = (await core.create_namespaced_pod(tenant_ns, body)).metadata.uid
+    second = await eventually(lambda: _renewed(secret_of(second_uid), second_uid), timeout=30,
+                              what="the second pod's own Secret")
+    review = await client.AuthenticationV1Api(tenant_api).create_token_review({"spec": {"token": second["token"]}})
+    assert review.status.authenticated, review.status.error
+    assert review.status.user.extra["authentication.kubernetes.io/pod-uid"] == [second_uid]
+    await core.delete_namespaced_pod("again", tenant_ns)
+
+
+async def _renewed(secret: Awaitable[dict[str, str]], uid: str) -> dict[str, str] | None:
+    got = await secret
+    return got if got["uid"] == uid else None
 
 
 def _cached(vnode: Component) -> dict[str, float]:

@@ -187,6 +187,26 @@ def test_references_are_renamed_to_copies_and_the_token_comes_from_the_tenant() 
     assert out["spec"]["subdomain"] == naming.compute_name("tenant-1", "ml", "job")
 
 
+def test_downward_api_files_of_the_pods_identity_come_from_its_secret_the_rest_from_the_copy() -> None:
+    """A kubelet writes the pod's own name, namespace and UID; the copy's are other, so those files are
+    projected from the pod's Secret (the one of its token), mode and defaultMode kept."""
+    info = {"name": "info", "downwardAPI": {"defaultMode": 0o440, "items": [
+        {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}, "mode": 0o400},
+        {"path": "uid", "fieldRef": {"fieldPath": "metadata.uid"}},
+        {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}}
+    labels = {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}
+    plain = {"name": "plain", "downwardAPI": {"items": [labels]}}
+    pod = tenant_pod(volumes=[info, plain])
+    assert needs_of(pod).identity and not needs_of(tenant_pod(volumes=[plain])).identity
+    vols = {v["name"]: v for v in compute_pod(pod, B)["spec"]["volumes"]}
+    secret = naming.compute_name("tenant-1", "ml", "job-worker-0") + "-sa-token"
+    assert vols["info"] == {"name": "info", "projected": {"defaultMode": 0o440, "sources": [
+        {"downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+        {"secret": {"name": secret, "items": [{"key": "name", "path": "name", "mode": 0o400},
+                                              {"key": "uid", "path": "uid"}]}}]}}
+    assert vols["plain"] == plain, "labels only: the copy's own downward API"
+
+
 @pytest.mark.parametrize(("patch", "words"), [
     ({"volumes": [{"name": "h", "hostPath": {"path": "/"}}]}, "hostPath"),
     ({"volumes": [{"name": "p", "persistentVolumeClaim": {"claimName": "x"}}]}, "persistentVolumeClaim"),
