@@ -372,10 +372,14 @@ async def test_kubectl_logs_through_the_tenant_cluster(planes: ControlPlanes, te
 async def test_virtual_node_registers_with_capacity_and_heartbeat(tenant_api: client.ApiClient,
                                                                   vnodes: dict[str, Component]) -> None:
     core = client.CoreV1Api(tenant_api)
-    node = await core.read_node("ferry-tenant-1")
+
+    async def offering() -> Any:  # the compute cluster's kwok nodes may still be coming up in a fresh session
+        node = await core.read_node("ferry-tenant-1")
+        return node if int(node.status.allocatable["nvidia.com/gpu"]) > 0 else None
+
+    node = await eventually(offering, timeout=60, what="the virtual node offering GPUs")
     assert any(t.key == "virtual-kubelet.io/provider" and t.effect == "NoSchedule" for t in node.spec.taints)
     assert node.metadata.labels["kubeferry.io/tenant"] == "tenant-1"
-    assert int(node.status.allocatable["nvidia.com/gpu"]) > 0
     assert next(c for c in node.status.conditions if c.type == "Ready").status == "True"
     lease = await client.CoordinationV1Api(tenant_api).read_namespaced_lease("ferry-tenant-1", "kube-node-lease")
     first = lease.spec.renew_time
@@ -800,7 +804,7 @@ async def test_a_pod_made_again_under_its_name_gets_its_own_token_and_identity_n
 
     await eventually(gone, timeout=30, what="the first pod gone")
     second_uid = (await core.create_namespaced_pod(tenant_ns, body)).metadata.uid
-    second = await eventually(lambda: _renewed(secret_of(second_uid), second_uid), timeout=30,
+    second = await eventually(lambda: _for_pod(secret_of(second_uid), second_uid), timeout=30,
                               what="the second pod's own Secret")
     review = await client.AuthenticationV1Api(tenant_api).create_token_review({"spec": {"token": second["token"]}})
     assert review.status.authenticated, review.status.error
@@ -808,7 +812,7 @@ async def test_a_pod_made_again_under_its_name_gets_its_own_token_and_identity_n
     await core.delete_namespaced_pod("again", tenant_ns)
 
 
-async def _renewed(secret: Awaitable[dict[str, str]], uid: str) -> dict[str, str] | None:
+async def _for_pod(secret: Awaitable[dict[str, str]], uid: str) -> dict[str, str] | None:
     got = await secret
     return got if got["uid"] == uid else None
 
