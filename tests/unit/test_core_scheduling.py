@@ -585,6 +585,8 @@ def test_a_job_that_selects_nodes_is_told_of_the_room_on_those_nodes() -> None:
     reasons = s.reasons(s.cycle(1))
     assert "largest free block now 4 on the nodes it may use)" in reasons["picky"], reasons["picky"]
     assert "largest free block now 8)" in reasons["any"], reasons["any"]
+    from ferry.whypending import hint_for
+    assert hint_for("FailedScheduling", reasons["picky"]).startswith("its node selector or GPU model leaves it")
 
 
 def test_a_growing_hold_never_takes_a_node_draining_for_another_waiting_gang() -> None:
