@@ -316,9 +316,11 @@ def _downward(dapi: Obj, token: str) -> list[Obj]:
     if rest:
         out.append({"downwardAPI": {"items": rest}})
     if mine:
-        out.append({"secret": {"name": token, "items": [
-            {"key": IDENTITY_KEYS[i["fieldRef"]["fieldPath"]], "path": i["path"], **({"mode": i["mode"]} if "mode" in i
-                                                                                     else {})} for i in mine]}})
+        items = [{"key": IDENTITY_KEYS[i["fieldRef"]["fieldPath"]], "path": i["path"]} for i in mine]
+        for item, i in zip(items, mine, strict=True):
+            if "mode" in i:
+                item["mode"] = i["mode"]
+        out.append({"secret": {"name": token, "items": items}})
     return out
 
 
