@@ -118,6 +118,17 @@ def as_object(kind: str, group: Obj) -> Obj:
     return {**group, "apiVersion": api_version(kind), "kind": "PodGroup"}
 
 
+def members_status(phases: list[str | None]) -> Obj:
+    """A gang's phase (in the compute PodGroup's terms) and counts, told by its members' phases: Running
+    while one runs, Succeeded or Failed once all have ended, else Pending."""
+    counts = {k: phases.count(phase) for k, phase in (("running", "Running"), ("succeeded", "Succeeded"),
+                                                      ("failed", "Failed"))}
+    ended = bool(phases) and counts["succeeded"] + counts["failed"] == len(phases)
+    phase = "Running" if counts["running"] else ("Failed" if counts["failed"] else "Succeeded") if ended \
+        else "Pending"
+    return {"phase": phase, **counts}
+
+
 class Gangs:
     def __init__(self, b: Bridge, tenant: Rest, compute: Rest, caches: Caches, recorder: Recorder) -> None:
         self.b = b
@@ -297,12 +308,7 @@ class Gangs:
             return
         phases = [p.get("status", {}).get("phase") for p in list(self.caches.tenant_pods.store.values())
                   if p["metadata"]["namespace"] == gang.namespace and gang_of(p) == gang]
-        counts = {k: phases.count(phase) for k, phase in (("running", "Running"), ("succeeded", "Succeeded"),
-                                                          ("failed", "Failed"))}
-        ended = bool(phases) and counts["succeeded"] + counts["failed"] == len(phases)
-        phase = "Running" if counts["running"] else ("Failed" if counts["failed"] else "Succeeded") if ended \
-            else "Pending"
-        await self._reflect_status(gang.kind, group, {"phase": phase, **counts})
+        await self._reflect_status(gang.kind, group, members_status(phases))
 
     async def _reflect_status(self, kind: str, group: Obj, cstat: Obj) -> None:
         """The tenant group's status for a compute group's (or its pods') phase and counts, if it changed."""

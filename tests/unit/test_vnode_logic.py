@@ -12,7 +12,7 @@ import pytest
 
 from ferry.kube.workqueue import WorkQueue
 from vnode import naming, status, streams
-from vnode.gangs import InvalidGroup, depends_on, min_resources, min_task_member
+from vnode.gangs import VOLCANO_PHASE, InvalidGroup, depends_on, members_status, min_resources, min_task_member
 from vnode.node import capacity
 from vnode.translate import Bridge, compute_ephemeral, compute_pod, gang_of, needs_of, refusal, role_of
 
@@ -280,6 +280,16 @@ def test_baseline_capabilities_pass_but_not_under_restricted() -> None:
                                   "securityContext": {"capabilities": {"add": ["CHOWN"]}}}])
     assert refusal(pod, "baseline") is None
     assert refusal(pod, "restricted") is not None
+
+
+def test_a_group_named_after_its_pods_were_bridged_is_told_by_their_phases() -> None:
+    """Volcano's PodGroup controller names a plain pod's group after the vnode bound it: no compute gang
+    stands for it, so its phase and counts come from its members."""
+    assert members_status(["Running", "Pending"]) == {"phase": "Running", "running": 1, "succeeded": 0, "failed": 0}
+    assert members_status(["Succeeded", "Succeeded"])["phase"] == "Succeeded"
+    assert members_status(["Succeeded", "Failed"])["phase"] == "Failed"
+    assert members_status(["Pending"])["phase"] == members_status([])["phase"] == "Pending"
+    assert VOLCANO_PHASE[members_status(["Running"])["phase"]] == "Running"
 
 
 def test_gang_markers_of_each_convention_and_roles() -> None:
