@@ -11,6 +11,8 @@ cluster whose Volcano scheduler is the virtual node, as a tenant admin installs 
   new pods wait as one gang while the node is taken, and run once it is free.
 - A plain Deployment whose pods name the ``volcano`` scheduler gets its PodGroup from Volcano's PodGroup
   controller and runs through the virtual node; scaled to nothing, it leaves nothing in the compute cluster.
+- A vcjob of ``minSuccess`` 2 completes when two workers have succeeded; the worker still running is
+  killed and leaves the compute cluster.
 
 The webhooks are served by the process and called by URL with a certificate the test issues (local planes
 have no cluster network); the release's webhook configurations are reproduced below with that change."""
@@ -291,3 +293,39 @@ async def test_a_deployment_for_volcanos_scheduler_gets_its_podgroup_from_volcan
 
     await eventually(copies_gone, timeout=60, what="the compute copies gone")
     await apps.delete_namespaced_deployment("serve", tenant2_ns)
+
+
+@pytest.mark.usefixtures("volcano_jobs")
+async def test_a_vcjob_completes_at_its_min_success_and_the_rest_leave_the_compute_cluster(
+        tenant2_api: client.ApiClient, compute_api: client.ApiClient, tenant2_ns: str) -> None:
+    """``minSuccess`` 2 of 3 workers (no master policy): once two workers have succeeded, Volcano's job
+    controller completes the job and kills the third, still running; its compute copy goes too."""
+    jobs = client.CustomObjectsApi(tenant2_api)
+    body = vcjob("most", 3, master_runs="600s")
+    body["spec"]["tasks"] = [t for t in body["spec"]["tasks"] if t["name"] == "worker"]
+    worker = body["spec"]["tasks"][0]
+    worker["template"]["metadata"]["annotations"]["kubeferry.io/sim-duration"] = "8s"
+    slow = {**worker, "name": "slow", "replicas": 1,
+            "template": {**worker["template"], "metadata": {"annotations": {"kubeferry.io/sim-duration": "600s"}}}}
+    worker["replicas"] = 2
+    body["spec"]["tasks"].append(slow)
+    body["spec"]["minSuccess"] = 2
+    await jobs.create_namespaced_custom_object(*BATCH, tenant2_ns, "jobs", body)
+
+    async def slow_running() -> bool:
+        return any(p.metadata.annotations[UPSTREAM_NAME_ANNOTATION] == "most-slow-0" and p.status.phase == "Running"
+                   for p in await live_copies(compute_api, tenant2_ns))
+
+    await eventually(slow_running, timeout=90, what="the slow worker running in the compute cluster")
+
+    async def completed() -> bool:
+        return ((await _job(jobs, tenant2_ns, "most")).get("status") or {}).get("state", {}).get("phase") == "Completed"
+
+    await eventually(completed, timeout=120, what="the vcjob Completed at its minSuccess")
+
+    async def slow_gone() -> bool:
+        return not any(p.metadata.annotations[UPSTREAM_NAME_ANNOTATION].startswith("most-slow-")
+                       for p in await live_copies(compute_api, tenant2_ns))
+
+    await eventually(slow_gone, timeout=60, what="the killed worker gone from the compute cluster")
+    await jobs.delete_namespaced_custom_object(*BATCH, tenant2_ns, "jobs", "most")
