@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 
 from ferry.keys import PREFIX
+from ferry.kube.informer import Informer
 from ferry.kube.rest import Rest, message_of, path, status_of
 from vnode import metrics, naming, status
 from vnode.caches import SLICES, Caches
@@ -175,16 +176,8 @@ class Copies:
             name = want["metadata"]["name"]
             kept.add(name)
             try:
-                have = cache.store.get(f"{self.b.namespace}/{name}")
-                if have is None:
-                    try:
-                        cache.remember(await self.compute.create(url, want))
-                        continue
-                    except Exception as exc:
-                        if status_of(exc) != 409:
-                            raise
-                        have = await self.compute.get(f"{url}/{name}")
-                if (have["metadata"].get("annotations") or {}).get(DIGEST_ANNOTATION) != digest:
+                have = cache.store.get(f"{self.b.namespace}/{name}") or await self._create(url, want, cache)
+                if have is not None and (have["metadata"].get("annotations") or {}).get(DIGEST_ANNOTATION) != digest:
                     want["metadata"]["resourceVersion"] = have["metadata"]["resourceVersion"]
                     cache.remember(await self.compute.put(f"{url}/{name}", want), replaces=have)
             except Exception as exc:
@@ -205,17 +198,9 @@ class Copies:
         name = want["metadata"]["name"]
         key, url = f"{self.b.namespace}/{name}", path("", "v1", "services", self.b.namespace)
         cache = self.caches.compute_services
-        have = cache.store.get(key)
         try:
-            if have is None:
-                try:
-                    cache.remember(await self.compute.create(url, want))
-                    return
-                except Exception as exc:
-                    if status_of(exc) != 409:
-                        raise
-                    have = await self.compute.get(f"{url}/{name}")
-            if (have["metadata"].get("annotations") or {}).get(DIGEST_ANNOTATION) == digest:
+            have = cache.store.get(key) or await self._create(url, want, cache)
+            if have is None or (have["metadata"].get("annotations") or {}).get(DIGEST_ANNOTATION) == digest:
                 return
             if naming.SUBDOMAIN_LABEL in (have["spec"].get("selector") or {}):
                 return  # made for pods of that subdomain, which it must keep choosing (``_service``)
@@ -291,19 +276,23 @@ class Copies:
         body = self._identity_secret(pod, {})
         url = path("", "v1", "secrets", self.b.namespace)
         name = body["metadata"]["name"]
-        have = self.caches.compute_secrets.store.get(f"{self.b.namespace}/{name}")
-        if have is not None and _of_pod(have, pod):
+        cache = self.caches.compute_secrets
+        have = cache.store.get(f"{self.b.namespace}/{name}") or await self._create(url, body, cache)
+        if have is None or _of_pod(have, pod):
             return
-        if have is None:
-            try:
-                self.caches.compute_secrets.remember(await self.compute.create(url, body))
-                return
-            except Exception as exc:
-                if status_of(exc) != 409:
-                    raise
-                have = await self.compute.get(f"{url}/{name}")
         body["metadata"]["resourceVersion"] = have["metadata"]["resourceVersion"]
         self.caches.compute_secrets.remember(await self.compute.put(f"{url}/{name}", body), replaces=have)
+
+    async def _create(self, url: str, want: Obj, cache: Informer) -> Obj | None:
+        """Create ``want`` at ``url``, remembered in ``cache``: None; or, where it exists already (made
+        before a restart, or by a reconcile the cache has not seen yet), what is there."""
+        try:
+            cache.remember(await self.compute.create(url, want))
+            return None
+        except Exception as exc:
+            if status_of(exc) != 409:
+                raise
+            return await self.compute.get(f"{url}/{want['metadata']['name']}")
 
     async def sweep(self, min_age_s: float) -> int:
         """Delete owned copies that no owned compute pod references any more (only after caches synced)
