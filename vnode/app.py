@@ -28,7 +28,7 @@ from vnode.caches import KUEUE_WORKLOADS, Caches
 from vnode.config import VnodeConfig
 from vnode.events import Backlog, Recorder
 from vnode.kubelet import KubeletAPI, ssl_context
-from vnode.node import VirtualNode
+from vnode.node import TENANT_ACCESS, VirtualNode, forbidden
 from vnode.pods import PodReconciler
 from vnode.translate import needs_of, used_by
 from vnode.volumes import Volumes
@@ -205,7 +205,7 @@ class Vnode:
     # ---------------------------------------------------------- maintenance
     async def maintain(self) -> None:
         """After the caches sync: adopt/create/delete everything once; then sweep and resync periodically."""
-        await self.caches.wait_synced()
+        await self._until_synced()
         log.info("caches synced", tenant_pods=len(self.caches.tenant_pods.store),
                  compute_pods=len(self.caches.compute_pods.store))
         self.pods.enqueue_all()
@@ -219,6 +219,7 @@ class Vnode:
             await asyncio.sleep(1.0)
             reachable = self.caches.compute_error() is None
             metrics.COMPUTE_REACHABLE.set(1 if reachable else 0)
+            self._watch_tenant_access()
             for q in (self.pods.queue, self.binder.queue, self.events, self.groups):
                 metrics.QUEUE_DEPTH.labels(q.name).set(len(q))
             metrics.EVENT_BACKLOG.set(len(self.backlog))
@@ -247,6 +248,34 @@ class Vnode:
                     self.caches.compute_groups.store.pop(f"{self.b.namespace}/{group['metadata']['name']}", None)
             except Exception as exc:
                 log.warning("sweep failed", error=str(exc)[:200])
+
+    async def _until_synced(self) -> None:
+        """Wait for every cache. Meanwhile, if the tenant API refuses a list the vnode needs (its RBAC),
+        each pod bound here is told once, on the pod, why it does not start: no pod is served before
+        every cache has synced, and ``kubectl describe pod`` is where its user looks."""
+        told: set[str] = set()
+        while not self.caches.synced():
+            denied = self._watch_tenant_access()
+            if denied is not None and self.caches.tenant_pods.synced.is_set():
+                for pod in list(self.caches.tenant_pods.store.values()):
+                    if pod["metadata"]["uid"] not in told and not pod["metadata"].get("deletionTimestamp"):
+                        told.add(pod["metadata"]["uid"])
+                        await self.recorder.emit(pod, "Warning", "TenantAccessDenied" if forbidden(denied)
+                                                 else "TenantAPIFailing",
+                                                 f"the virtual node {self.b.node} starts no pod until it can read "
+                                                 f"what it serves ({denied}); see the Node's "
+                                                 f"{TENANT_ACCESS} condition", key=f"tenant-access-{denied}")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await self.caches.wait_synced()
+
+    def _watch_tenant_access(self) -> str | None:
+        """The tenant API's refusal that has lasted (None: all answers); the node reports a change."""
+        denied = self.node.tenant_denied()
+        metrics.TENANT_ACCESS.set(0 if denied else 1)
+        if self.node.reported_access() != (denied is None):
+            self.node.changed.set()
+        return denied
 
     def ready(self) -> bool:
         return self.caches.synced() and self.node.registered.is_set()

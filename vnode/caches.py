@@ -73,6 +73,7 @@ class Caches:
         # persistent volumes (vnode/volumes.py), when the vnode provisions a storage class: the tenant's
         # claims, the volumes it made for them, and their compute claims
         self.volume_side: list[Informer] = []
+        self.tenant_volume_side: list[Informer] = []
         if volumes:
             self.tenant_claims = inf("tenant-claims", tenant, path("", "v1", "persistentvolumeclaims"))
             self.tenant_volumes = inf("tenant-volumes", tenant, path("", "v1", "persistentvolumes"),
@@ -80,6 +81,7 @@ class Caches:
             self.compute_claims = inf("compute-claims", compute, path("", "v1", "persistentvolumeclaims", ns),
                                       labelSelector=owned)
             self.volume_side = [self.tenant_claims, self.tenant_volumes, self.compute_claims]
+            self.tenant_volume_side = [self.tenant_claims, self.tenant_volumes]
 
     @property
     def tenant_side(self) -> list[Informer]:
@@ -104,3 +106,9 @@ class Caches:
     def compute_error(self) -> str | None:
         """Why the compute API does not answer (None while it does)."""
         return next((i.error for i in self.compute_side if i.error), None)
+
+    def tenant_error(self) -> str | None:
+        """Which list or watch of the tenant API fails, and why (None while all answer). While the vnode
+        heartbeats fine this is most often its RBAC: a Deployment upgraded before its ClusterRole, or a
+        rule an admin removed. No pod is served before every cache has synced, so it must be said."""
+        return next((f"{i.name}: {i.error}" for i in [*self.tenant_side, *self.tenant_volume_side] if i.error), None)

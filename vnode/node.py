@@ -3,12 +3,14 @@
 Capacity is what the tenant may use: its Queue's maximum where set, never more than the compute
 cluster's Ready capacity, never negative. The node stays Ready while the compute cluster is
 unreachable (a NotReady node would make the tenant's controllers evict every pod); a separate
-condition and an Event say what is wrong.
+condition and an Event say what is wrong. So it does when the tenant API refuses a list the vnode needs
+(its RBAC): the heartbeat still works, but no pod bound here is served until every cache has synced.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from typing import Any
 
@@ -29,6 +31,8 @@ TAINT = {"key": "virtual-kubelet.io/provider", "value": "kube-ferry", "effect": 
 OVERFLOW_TAINT = {"key": "kubeferry.io/overflow", "value": "shared-cluster", "effect": "PreferNoSchedule"}
 TAINTS = (TAINT, OVERFLOW_TAINT)
 REACHABLE = "ComputeClusterReachable"
+TENANT_ACCESS = "TenantClusterAccess"
+RBAC_HINT = "apply the vnode's RBAC of this release (manifests/tenant/rbac-vnode.yaml) before its Deployment"
 VERSION = "v1.36.3-kube-ferry"
 LEASE_S = 40
 log = structlog.get_logger("ferry.vnode.node")
@@ -53,6 +57,30 @@ def capacity(nodes: list[Obj], queue: Obj | None, max_pods: int) -> dict[str, st
             "nvidia.com/gpu": str(max(int(gpus), 0)), "pods": str(max_pods)}
 
 
+class Outage:
+    """A failure that counts once it has lasted longer than a grace: an apiserver that is starting (429,
+    storage initialising) or a single dropped watch is not an outage worth an Event."""
+
+    def __init__(self, grace_s: float) -> None:
+        self.grace_s = grace_s
+        self._since: float | None = None
+
+    def check(self, why: str | None) -> tuple[bool, str | None]:
+        """(still fine, why it fails) for the failure seen now (``why``; None while it works)."""
+        if why is None:
+            self._since = None
+            return True, None
+        now_s = time.monotonic()
+        if self._since is None:
+            self._since = now_s
+        return now_s - self._since < self.grace_s, why
+
+
+def forbidden(why: str) -> bool:
+    """The informer's failure is a refusal (401/403), not an outage."""
+    return re.search(r"\bHTTP 40[13]\b|\(40[13]\)", why) is not None
+
+
 class VirtualNode:
     def __init__(self, name: str, tenant_label: str, ip: str, port: int, tenant: Rest, caches: Caches,
                  recorder: Recorder, max_pods: int, heartbeat_s: float, unreachable_after_s: float = 10.0) -> None:
@@ -67,10 +95,10 @@ class VirtualNode:
         self.heartbeat_s = heartbeat_s
         self.registered = asyncio.Event()
         self.changed = asyncio.Event()  # capacity inputs changed
-        self._reported: tuple[dict[str, str], bool] | None = None
+        self._reported: tuple[dict[str, str], bool, bool] | None = None
         self._uid = ""
-        self.unreachable_after_s = unreachable_after_s
-        self._failing_since: float | None = None
+        self.compute_outage = Outage(unreachable_after_s)
+        self.tenant_outage = Outage(unreachable_after_s)
 
     def _object(self) -> Obj:
         return {
@@ -100,12 +128,21 @@ class VirtualNode:
         self.registered.set()
         log.info("virtual node registered", node=self.name)
 
-    def _status(self, cap: dict[str, str], reachable: bool, why: str | None) -> Obj:
+    def _status(self, cap: dict[str, str], reachable: bool, why: str | None, access: bool, denied: str | None) -> Obj:
         stamp = now()
         reach = {"type": REACHABLE, "status": "True" if reachable else "False", "lastHeartbeatTime": stamp,
                  "reason": "ComputeAPIAnswers" if reachable else "ComputeAPIUnreachable",
                  "message": "the compute cluster answers" if reachable else
                  f"the compute cluster does not answer ({why}); pods stay in place and converge on its return"}
+        tenant = {"type": TENANT_ACCESS, "status": "True" if access else "False", "lastHeartbeatTime": stamp,
+                  "reason": "TenantAPIAnswers", "message": "every list and watch of this cluster the node needs "
+                  "answers"}
+        if not access:
+            refused = forbidden(denied or "")
+            tenant["reason"] = "Forbidden" if refused else "TenantAPIFailing"
+            tenant["message"] = (f"the virtual node {'may not read' if refused else 'cannot read'} what it serves "
+                                 f"({denied}); pods bound here wait until it can"
+                                 + (f": {RBAC_HINT}" if refused else ""))
         return {
             "capacity": cap, "allocatable": cap,
             "conditions": [
@@ -120,6 +157,7 @@ class VirtualNode:
                 {"type": "NetworkUnavailable", "status": "False", "reason": "RouteCreated",
                  "lastHeartbeatTime": stamp},
                 reach,
+                tenant,
             ],
             "addresses": [{"type": "InternalIP", "address": self.ip}, {"type": "Hostname", "address": self.name}],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": self.port}},
@@ -131,32 +169,37 @@ class VirtualNode:
                          "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "", "osImage": "Kube-Ferry"},
         }
 
-    def _reachable(self) -> tuple[bool, str | None]:
-        """Unreachable only after failing for longer than the grace: an apiserver that is starting
-        (429, storage initialising) or a single dropped watch is not an outage worth an Event."""
-        why = self.caches.compute_error()
-        now_s = time.monotonic()
-        if why is None:
-            self._failing_since = None
-            return True, None
-        if self._failing_since is None:
-            self._failing_since = now_s
-        return now_s - self._failing_since < self.unreachable_after_s, why
+    def tenant_denied(self) -> str | None:
+        """What the tenant API has refused or failed for longer than the grace (None: all answers)."""
+        ok, why = self.tenant_outage.check(self.caches.tenant_error())
+        return None if ok else why
+
+    def reported_access(self) -> bool | None:
+        """Whether the node last said the tenant API answers (None: nothing reported yet)."""
+        return None if self._reported is None else self._reported[2]
 
     async def update_status(self, force: bool = False) -> None:
-        reachable, why = self._reachable()
+        reachable, why = self.compute_outage.check(self.caches.compute_error())
+        denied = self.tenant_denied()
         cap = capacity(list(self.caches.compute_nodes.store.values()),
                        next(iter(self.caches.compute_queues.store.values()), None), self.max_pods)
         if not self.caches.compute_nodes.synced.is_set() and self._reported is not None:
             cap = self._reported[0]  # never report zero before the compute cache is filled
-        state = (cap, reachable)
+        state = (cap, reachable, denied is None)
         if not force and state == self._reported:
             return
         await self.rest.patch(path("", "v1", "nodes", None, self.name, "status"),
-                              {"status": self._status(cap, reachable, why)},
+                              {"status": self._status(cap, reachable, why, denied is None, denied)},
                               content_type="application/strategic-merge-patch+json")
+        ref = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.name, "uid": self._uid}}
+        if (self._reported is None or self._reported[2]) and denied is not None:
+            await self.events.emit(ref, "Warning", "TenantAccessDenied" if forbidden(denied) else "TenantAPIFailing",
+                                   f"pods bound here wait: the virtual node cannot read {denied}"
+                                   + (f"; {RBAC_HINT}" if forbidden(denied) else ""), key=f"tenant-access-{now()}")
+        elif self._reported is not None and not self._reported[2] and denied is None:
+            await self.events.emit(ref, "Normal", "TenantAccessRestored", "every list and watch of this cluster "
+                                   "answers again", key=f"tenant-access-{now()}")
         if self._reported is not None and self._reported[1] != reachable:
-            ref = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.name, "uid": self._uid}}
             if reachable:
                 await self.events.emit(ref, "Normal", "ComputeClusterReachable", "the compute cluster answers again",
                                        key=f"reachable-{now()}")

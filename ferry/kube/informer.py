@@ -211,7 +211,7 @@ class Informer:
             except Gone:
                 need_list = True
             except Exception as exc:  # any API or network failure: retry with back-off
-                self.error = str(exc)[:200] or type(exc).__name__
+                self.error = str(exc)[:400] or type(exc).__name__
                 (log.debug if isinstance(exc, Throttled) else log.warning)(
                     "watch failed; retrying", informer=self.name, error=str(exc)[:200], in_s=backoff)
                 await asyncio.sleep(backoff)

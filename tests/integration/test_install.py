@@ -112,6 +112,81 @@ async def test_the_scheduler_and_a_vnode_do_their_job_on_service_account_tokens_
             c.wait_ready()
 
 
+async def _access(core: client.CoreV1Api) -> Any:
+    node = await core.read_node("ferry-tenant-1")
+    return next((c for c in node.status.conditions or [] if c.type == "TenantClusterAccess"), None)
+
+
+async def _said(core: client.CoreV1Api, namespace: str, name: str, reason: str) -> list[Any]:
+    return [e for e in (await core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")).items
+            if e.reason == reason]
+
+
+async def test_a_vnode_without_its_tenant_rbac_says_so_on_its_node_and_pods_and_recovers_when_granted(
+        planes: ControlPlanes, installed: dict[str, Path], vnodes: dict[str, Component],
+        tenant_api: client.ApiClient, tenant_ns: str) -> None:
+    """The upgrade done in the wrong order: the vnode's Deployment before its ClusterRole, which lacks a
+    rule the new vnode needs (here EndpointSlices). The vnode heartbeats, but serves no pod before every
+    cache has synced; it says why on its Node (condition and Event) and on each pod bound to it, and
+    serves them as soon as the rule is granted, without a restart."""
+    rbac = Rest(tenant_api)
+    url = path("rbac.authorization.k8s.io", "v1", "clusterroles", name="kube-ferry-vnode")
+    role = await rbac.get(url)
+    kept = [r for r in role["rules"] if "discovery.k8s.io" not in r.get("apiGroups", [])]
+    assert len(kept) == len(role["rules"]) - 1
+    await rbac.patch(url, {"rules": kept})
+    vnode = swapped(vnodes["tenant-1"], "tenant-1-vnode-rbac-missing",
+                    [f"--tenant-kubeconfig={installed['vnode-tenant']}",
+                     f"--compute-kubeconfig={installed['vnode-compute']}", "--unreachable-after=2"])
+    vnodes["tenant-1"].stop()
+    core = client.CoreV1Api(tenant_api)
+    try:
+        vnode.start()
+
+        async def refused() -> Any:
+            c = await _access(core)
+            return c if c is not None and c.status == "False" else None
+
+        cond = await eventually(refused, timeout=60, what="the node saying the tenant API refuses it")
+        assert cond.reason == "Forbidden" and "endpointslices" in cond.message, cond
+        assert "rbac-vnode.yaml" in cond.message, cond.message
+        assert next(c for c in (await core.read_node("ferry-tenant-1")).status.conditions
+                    if c.type == "Ready").status == "True", "a refused list evicts nothing"
+        await eventually(lambda: _said(core, "default", "ferry-tenant-1", "TenantAccessDenied"), timeout=30,
+                         what="a Warning Event on the node")
+        await core.create_namespaced_pod(tenant_ns, {
+            "metadata": {"name": "waits-for-rbac"},
+            "spec": {"automountServiceAccountToken": False, "nodeName": "ferry-tenant-1",
+                     "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
+                     "containers": [{"name": "main", "image": "trainer:1"}]}})
+        told = await eventually(lambda: _said(core, tenant_ns, "waits-for-rbac", "TenantAccessDenied"), timeout=30,
+                                what="the pod told why it does not start")
+        assert "endpointslices" in told[0].message and told[0].type == "Warning", told[0].message
+        assert (await core.read_namespaced_pod("waits-for-rbac", tenant_ns)).status.phase == "Pending"
+
+        await rbac.patch(url, {"rules": role["rules"]})
+
+        async def running() -> bool:
+            return (await core.read_namespaced_pod("waits-for-rbac", tenant_ns)).status.phase == "Running"
+
+        await eventually(running, timeout=60, what="the pod served once the rule is granted")
+        cond = await eventually(lambda: _access_granted(core), timeout=30, what="the node's condition True again")
+        assert cond.reason == "TenantAPIAnswers", cond
+        await eventually(lambda: _said(core, "default", "ferry-tenant-1", "TenantAccessRestored"), timeout=30,
+                         what="a Normal Event on the node")
+        vnode.wait_ready()
+    finally:
+        await rbac.patch(url, {"rules": role["rules"]})
+        vnode.stop()
+        vnodes["tenant-1"].start()
+        vnodes["tenant-1"].wait_ready()
+
+
+async def _access_granted(core: client.CoreV1Api) -> Any:
+    c = await _access(core)
+    return c if c is not None and c.status == "True" else None
+
+
 async def _status(kubeconfig: Path, method: str, url: str, body: dict[str, Any] | None = None) -> int:
     api = await api_client(kubeconfig)
     try:

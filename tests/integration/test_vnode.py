@@ -381,6 +381,7 @@ async def test_virtual_node_registers_with_capacity_and_heartbeat(tenant_api: cl
     assert any(t.key == "virtual-kubelet.io/provider" and t.effect == "NoSchedule" for t in node.spec.taints)
     assert node.metadata.labels["kubeferry.io/tenant"] == "tenant-1"
     assert next(c for c in node.status.conditions if c.type == "Ready").status == "True"
+    assert next(c for c in node.status.conditions if c.type == "TenantClusterAccess").status == "True"
     lease = await client.CoordinationV1Api(tenant_api).read_namespaced_lease("ferry-tenant-1", "kube-node-lease")
     first = lease.spec.renew_time
     await eventually(lambda: _renewed(tenant_api, first), timeout=20, what="lease renewed")

@@ -13,7 +13,7 @@ import pytest
 from ferry.kube.workqueue import WorkQueue
 from vnode import naming, status, streams
 from vnode.gangs import VOLCANO_PHASE, InvalidGroup, depends_on, members_status, min_resources, min_task_member
-from vnode.node import capacity
+from vnode.node import Outage, capacity, forbidden
 from vnode.translate import Bridge, compute_ephemeral, compute_pod, gang_of, needs_of, refusal, role_of
 
 B = Bridge(tenant="tenant-1", node="ferry-tenant-1", namespace="tenant-1", queue="tenant-1", max_priority=100)
@@ -566,3 +566,22 @@ def test_the_event_backlog_orders_one_objects_events_as_the_compute_side_wrote_t
     backlog.put("ns/waiting", ev("waiting", 11, "2026-12-01T10:00:01Z"), replayed=False, since=0)
     backlog.put("ns/bumped", ev("bumped", 9, "2026-12-01T10:00:02Z"), replayed=False, since=0)
     assert [k for k, *_ in backlog.take("Pod/ns/p")] == ["ns/waiting", "ns/verdict", "ns/bumped"]
+
+
+def test_a_refusal_is_told_from_an_outage_and_counts_only_once_it_lasts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tenant informer's words for a 403 (list or watch, or the client's exception) read as a refusal;
+    a 500 or a dropped connection does not. A failure is reported only after the grace."""
+    assert forbidden('tenant-endpointslices: HTTP 403: endpointslices.discovery.k8s.io is forbidden: User "x"')
+    assert forbidden("tenant-pods: (401)\nReason: Unauthorized")
+    assert not forbidden("tenant-pods: HTTP 500: etcdserver: request timed out")
+    assert not forbidden("tenant-pods: Cannot connect to host 127.0.0.1:6443 (port 4030)")
+    clock = [100.0]
+    monkeypatch.setattr("vnode.node.time.monotonic", lambda: clock[0])
+    outage = Outage(grace_s=10)
+    assert outage.check("HTTP 403") == (True, "HTTP 403")
+    clock[0] += 9
+    assert outage.check("HTTP 403")[0]
+    clock[0] += 2
+    assert outage.check("HTTP 403") == (False, "HTTP 403")
+    assert outage.check(None) == (True, None)
+    assert outage.check("HTTP 403")[0], "a new failure starts its own grace"
