@@ -24,7 +24,15 @@ from vnode.copies import Copies, MissingDependency
 from vnode.events import Recorder
 from vnode.gangs import Gangs, InvalidGroup, NotReady
 from vnode.podsecurity import PodSecurity
-from vnode.translate import FORWARDING_GATE, Bridge, compute_ephemeral, compute_pod, gang_of, refusal
+from vnode.translate import (
+    FORWARDING_GATE,
+    Bridge,
+    compute_ephemeral,
+    compute_pod,
+    gang_of,
+    metadata_patch,
+    refusal,
+)
 from vnode.volumes import ClaimNotReady, UnservableClaim, Volumes
 
 Obj = dict[str, Any]
@@ -153,6 +161,7 @@ class PodReconciler:
             self.queue.add_after(key, max(refresh, 1.0))
         if not cp.get("spec", {}).get("nodeName"):
             await self.gangs.restore(tp)
+        cp = await self._follow_metadata(tp, cp)
         cp = await self._add_ephemeral(key, tp, cp)
         await self._mirror(key, tp, cp)
         if (gang := gang_of(tp)) is not None and POD_GROUP_LABEL not in (cp["metadata"].get("labels") or {}):
@@ -222,6 +231,17 @@ class PodReconciler:
                                             {"metadata": {"uid": cmeta["uid"], "finalizers": finalizers or None},
                                              "spec": {"schedulingGates": gates or None}})
         self.caches.compute_pods.remember(released, replaces=cp)
+
+    async def _follow_metadata(self, tp: Obj, cp: Obj) -> Obj:
+        """A label or annotation the tenant changes on a live pod reaches its copy, where the compute
+        cluster's Services, ``ferry dns`` and the downward API read it (translate.py ``followed``)."""
+        patch = metadata_patch(tp, cp)
+        if patch is None or cp["metadata"].get("deletionTimestamp"):
+            return cp
+        patch["metadata"]["uid"] = cp["metadata"]["uid"]  # this copy, not a later one of the same name
+        updated = await self.compute.patch(path("", "v1", "pods", self.b.namespace, cp["metadata"]["name"]), patch)
+        self.caches.compute_pods.remember(updated, replaces=cp)
+        return updated
 
     async def _add_ephemeral(self, key: str, tp: Obj, cp: Obj) -> Obj:
         """``kubectl debug``: an ephemeral container added to the tenant pod joins its compute copy, once, if

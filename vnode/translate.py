@@ -23,6 +23,7 @@ Obj = dict[str, Any]
 
 PASS_THROUGH = {PREFIX + k for k in ("gpu-milli", "sim-duration", "sim-exit-code", "task", "movable")}
 DROPPED_ANNOTATIONS = {"kubectl.kubernetes.io/last-applied-configuration"}
+FOLLOWED_ANNOTATION = PREFIX + "followed-keys"  # on a compute pod: the tenant's keys it follows (followed)
 SUPPORTED_VOLUMES = {"configMap", "secret", "emptyDir", "projected", "downwardAPI"}
 NODE_SELECTOR_DROPPED = re.compile(r"^(kubernetes\.io/(hostname|role|os|arch)|type|node\.kubernetes\.io/.*"
                                    r"|node-role\.kubernetes\.io/.*)$")
@@ -175,6 +176,43 @@ def _kept(items: dict[str, str] | None) -> dict[str, str]:
             if (not k.startswith(PREFIX) or k in PASS_THROUGH) and k not in DROPPED_ANNOTATIONS}
 
 
+def followed(meta: Obj) -> tuple[dict[str, str], dict[str, str]]:
+    """The labels and annotations of a tenant pod that its compute copy follows while both live: the
+    tenant's own (a Service that selects the pod once it is labelled, a leader's role, the downward API's
+    files). Kube-Ferry's keys are read once, at creation, as a pod's resources are: a running pod does not
+    change what it was scheduled as."""
+    def own(items: dict[str, str] | None) -> dict[str, str]:
+        return {k: v for k, v in (items or {}).items() if not k.startswith(PREFIX) and k not in DROPPED_ANNOTATIONS}
+    return own(meta.get("labels")), own(meta.get("annotations"))
+
+
+def _followed_keys(labels: dict[str, str], annotations: dict[str, str]) -> str:
+    return json.dumps({"labels": sorted(labels), "annotations": sorted(annotations)}, separators=(",", ":"))
+
+
+def metadata_patch(pod: Obj, copied: Obj) -> Obj | None:
+    """The merge patch that brings the copy's labels and annotations to the tenant pod's (None: they
+    agree). A key is removed only if the copy followed it (``FOLLOWED_ANNOTATION``): what the compute
+    cluster's own admission added (a mesh's labels, a policy's annotations) stays."""
+    labels, annotations = followed(pod["metadata"])
+    cmeta = copied["metadata"]
+    try:
+        before = json.loads((cmeta.get("annotations") or {}).get(FOLLOWED_ANNOTATION) or "{}")
+    except ValueError:
+        before = {}
+    patch: Obj = {}
+    for field_name, want in (("labels", labels), ("annotations", annotations)):
+        have = cmeta.get(field_name) or {}
+        change: dict[str, str | None] = {k: v for k, v in want.items() if have.get(k) != v}
+        change |= {k: None for k in before.get(field_name) or [] if k not in want and k in have}
+        if change:
+            patch[field_name] = change
+    keys = _followed_keys(labels, annotations)
+    if keys != (cmeta.get("annotations") or {}).get(FOLLOWED_ANNOTATION):
+        patch.setdefault("annotations", {})[FOLLOWED_ANNOTATION] = keys
+    return {"metadata": patch} if patch else None
+
+
 def compute_pod(pod: Obj, b: Bridge) -> Obj:
     """The compute-cluster pod for a tenant pod bound to this vnode."""
     meta = pod["metadata"]
@@ -185,6 +223,7 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
     labels.update(naming.owner_labels(b.tenant, b.node, ns, meta["uid"]))
     annotations = _kept(meta.get("annotations"))
     annotations[naming.UPSTREAM_NAME_ANNOTATION] = name
+    annotations[FOLLOWED_ANNOTATION] = _followed_keys(*followed(meta))
 
     for key in ("nodeName", "priority", "priorityClassName", "preemptionPolicy", "serviceAccount",
                 "serviceAccountName", "topologySpreadConstraints", "schedulingGates", "ephemeralContainers",

@@ -153,6 +153,64 @@ async def test_a_tenant_services_name_resolves_and_routes_to_the_compute_pods_it
     await eventually(lambda: _resolves(peer_dns, worker, "head-svc", None), timeout=10, what="head-svc relayed")
 
 
+async def test_a_label_the_tenant_gives_a_running_pod_puts_it_behind_the_service_that_selects_it(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str, peer_dns: PeerDNS) -> None:
+    """A leader labelled after it started (as a leader election or a user's `kubectl label` does): the label
+    reaches the pod's compute copy, so the Service selecting it is copied, routes to it and resolves;
+    removed, the copy loses it and the Service routes to nobody. A label the compute cluster's own
+    admission added to the copy stays, and Kube-Ferry's keys are not changed on a running pod."""
+    core, ccore = client.CoreV1Api(tenant_api), client.CoreV1Api(compute_api)
+    for name in ("db-0", "db-1"):
+        body = peer(name)
+        body["spec"].pop("subdomain")
+        body["metadata"]["labels"] = {"app": "db"}
+        body["metadata"]["annotations"] = {"kubeferry.io/movable": "true"}
+        await core.create_namespaced_pod(tenant_ns, body)
+    copies = await eventually(lambda: running_copies(compute_api, tenant_ns, 2), timeout=60, what="both running")
+    leader, other = copies["db-0"], copies["db-1"]
+    await ccore.patch_namespaced_pod(leader.metadata.name, "tenant-1",
+                                     {"metadata": {"labels": {"mesh.example/injected": "true"}}})
+    await core.create_namespaced_service(tenant_ns, {"metadata": {"name": "primary"}, "spec": {
+        "selector": {"app": "db", "role": "leader"}, "ports": [{"name": "sql", "port": 5432}]}})
+    copy_name = naming.compute_name("tenant-1", tenant_ns, "primary")
+    await core.patch_namespaced_pod("db-0", tenant_ns, {"metadata": {
+        "labels": {"role": "leader"}, "annotations": {"example.com/elected": "1", "kubeferry.io/movable": "false"}}})
+
+    async def labelled() -> Any:
+        pod = await ccore.read_namespaced_pod(leader.metadata.name, "tenant-1")
+        return pod if (pod.metadata.labels or {}).get("role") == "leader" else None
+
+    pod = await eventually(labelled, timeout=30, what="the label on the compute copy")
+    assert pod.metadata.labels["app"] == "db" and pod.metadata.labels["mesh.example/injected"] == "true"
+    assert pod.metadata.annotations["example.com/elected"] == "1"
+    assert pod.metadata.annotations["kubeferry.io/movable"] == "true", "read once, at creation"
+
+    async def copied() -> Any:
+        found = [s for s in (await ccore.list_namespaced_service("tenant-1")).items if s.metadata.name == copy_name]
+        return found[0] if found else None
+
+    svc = await eventually(copied, timeout=30, what="the Service copied for its newly selected pod")
+
+    async def routes_to() -> list[str]:
+        slices = await client.DiscoveryV1Api(compute_api).list_namespaced_endpoint_slice(
+            "tenant-1", label_selector=f"kubernetes.io/service-name={copy_name}")
+        return [a for s in slices.items for e in s.endpoints or [] for a in e.addresses]
+
+    await eventually(lambda: _equal(routes_to(), [leader.status.pod_ip]), timeout=30, what="routed to the leader")
+    await eventually(lambda: _resolves(peer_dns, other, "primary", [svc.spec.cluster_ip]), timeout=10,
+                     what="primary from the other pod")
+
+    await core.patch_namespaced_pod("db-0", tenant_ns, {"metadata": {"labels": {"role": None}}})
+
+    async def unlabelled() -> Any:
+        pod = await ccore.read_namespaced_pod(leader.metadata.name, "tenant-1")
+        return pod if "role" not in (pod.metadata.labels or {}) else None
+
+    pod = await eventually(unlabelled, timeout=30, what="the label gone from the compute copy")
+    assert pod.metadata.labels["mesh.example/injected"] == "true", "the compute side's own label stays"
+    await eventually(lambda: _equal(routes_to(), []), timeout=30, what="the Service routing to nobody")
+
+
 async def test_an_external_name_service_is_copied_for_its_namespaces_pods_and_answers_its_cname(
         tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str, peer_dns: PeerDNS) -> None:
     """A tenant's ExternalName Service (a database outside, a Service of another namespace) selects no pod,

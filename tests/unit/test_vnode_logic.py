@@ -10,11 +10,22 @@ from typing import Any
 
 import pytest
 
+from ferry.keys import PREFIX
 from ferry.kube.workqueue import WorkQueue
 from vnode import naming, status, streams
 from vnode.gangs import VOLCANO_PHASE, InvalidGroup, depends_on, members_status, min_resources, min_task_member
 from vnode.node import Outage, capacity, forbidden
-from vnode.translate import Bridge, compute_ephemeral, compute_pod, gang_of, needs_of, refusal, role_of
+from vnode.translate import (
+    FOLLOWED_ANNOTATION,
+    Bridge,
+    compute_ephemeral,
+    compute_pod,
+    gang_of,
+    metadata_patch,
+    needs_of,
+    refusal,
+    role_of,
+)
 
 B = Bridge(tenant="tenant-1", node="ferry-tenant-1", namespace="tenant-1", queue="tenant-1", max_priority=100)
 
@@ -585,3 +596,37 @@ def test_a_refusal_is_told_from_an_outage_and_counts_only_once_it_lasts(monkeypa
     assert outage.check("HTTP 403") == (False, "HTTP 403")
     assert outage.check(None) == (True, None)
     assert outage.check("HTTP 403")[0], "a new failure starts its own grace"
+
+
+def test_a_copy_follows_the_tenants_own_labels_and_annotations_and_keeps_what_the_compute_side_added() -> None:
+    """Labels and annotations the tenant adds, changes or removes on a live pod reach the copy; Kube-Ferry's
+    own keys are read once, at creation; a key the copy never followed (a compute-side webhook's) stays."""
+    b = Bridge(tenant="t", node="vn", namespace="t", queue="t")
+    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u1",
+                        "labels": {"app": "db"}, "annotations": {"note": "a", PREFIX + "movable": "true"}},
+           "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    cp = compute_pod(pod, b)
+    assert metadata_patch(pod, cp) is None, "a fresh copy agrees"
+    cp["metadata"]["labels"]["mesh.example/injected"] = "true"  # the compute cluster's admission
+    later = copy.deepcopy(pod)
+    later["metadata"]["labels"] = {"role": "leader"}
+    later["metadata"]["annotations"] = {"note": "b", PREFIX + "movable": "false", PREFIX + "tier": "x"}
+    patch = metadata_patch(later, cp)
+    assert patch is not None
+    meta = patch["metadata"]
+    assert meta["labels"] == {"role": "leader", "app": None}
+    assert meta["annotations"]["note"] == "b"
+    assert not any(k.startswith(PREFIX) for k in meta["annotations"] if k != FOLLOWED_ANNOTATION)
+    for field in ("labels", "annotations"):  # the patch applied as a merge patch would be
+        for k, v in meta.get(field, {}).items():
+            if v is None:
+                cp["metadata"][field].pop(k, None)
+            else:
+                cp["metadata"][field][k] = v
+    assert cp["metadata"]["labels"]["mesh.example/injected"] == "true"
+    assert cp["metadata"]["annotations"][PREFIX + "movable"] == "true", "read once, at creation"
+    assert metadata_patch(later, cp) is None, "applied, it agrees"
+    legacy = compute_pod(pod, b)  # a copy made before copies recorded what they follow: nothing removed
+    del legacy["metadata"]["annotations"][FOLLOWED_ANNOTATION]
+    patch = metadata_patch(later, legacy)
+    assert patch is not None and patch["metadata"]["labels"] == {"role": "leader"}
