@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 from typing import Any
 
@@ -22,7 +23,7 @@ from ferry.kube.rest import Rest, api_client
 from ferry.kube.workqueue import WorkQueue
 from ferry.memory import give_back_periodically
 from ferry.shutdown import run_until_signalled
-from vnode import gangs, metrics, naming
+from vnode import gangs, metrics, naming, status
 from vnode.binder import Binder
 from vnode.caches import KUEUE_WORKLOADS, Caches
 from vnode.config import VnodeConfig
@@ -30,13 +31,30 @@ from vnode.events import Backlog, Recorder
 from vnode.kubelet import KubeletAPI, ssl_context
 from vnode.node import TENANT_ACCESS, VirtualNode, forbidden
 from vnode.pods import PodReconciler
-from vnode.translate import needs_of, used_by
+from vnode.translate import api_service, needs_of, used_by
 from vnode.volumes import Volumes
 
 Obj = dict[str, Any]
 log = structlog.get_logger("ferry.vnode")
 RESYNC_S = 120.0
 EVENT_TARGET_WAIT_S = 30.0  # how long a compute Event waits for the pod or group it is about to be cached
+
+
+async def api_endpoint(host: str, port: int) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """``default/kubernetes`` for the compute pods (translate.py ``api_service``), with ``host`` looked up
+    once, as the vnode's own pod sees it (kind names the tenant's apiserver ``<cluster>-control-plane``)."""
+    try:
+        found = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        log.warning("kubernetes.default.svc stays the compute cluster's: the tenant API's host does not resolve",
+                    host=host, error=str(exc))
+        return None
+    address = str(found[0][4][0])
+    made = api_service(address, port)
+    if made is None:
+        log.info("kubernetes.default.svc stays the compute cluster's: an EndpointSlice cannot hold the tenant "
+                 "API's address (KUBERNETES_SERVICE_HOST still names it)", address=address)
+    return made
 
 
 async def _served(rest: Rest, group_version: str) -> bool:
@@ -251,14 +269,16 @@ class Vnode:
 
     async def _until_synced(self) -> None:
         """Wait for every cache. Meanwhile, if the tenant API refuses a list the vnode needs (its RBAC),
-        each pod bound here is told once, on the pod, why it does not start: no pod is served before
+        each pod bound here and not yet bridged is told once, on the pod, why it does not start: no pod is served before
         every cache has synced, and ``kubectl describe pod`` is where its user looks."""
         told: set[str] = set()
         while not self.caches.synced():
             denied = self._watch_tenant_access()
             if denied is not None and self.caches.tenant_pods.synced.is_set():
                 for pod in list(self.caches.tenant_pods.store.values()):
-                    if pod["metadata"]["uid"] not in told and not pod["metadata"].get("deletionTimestamp"):
+                    waits = not (pod["metadata"].get("deletionTimestamp") or status.terminal(pod)
+                                 or status.forwarded(pod))  # a bridged pod runs on in the compute cluster
+                    if waits and pod["metadata"]["uid"] not in told:
                         told.add(pod["metadata"]["uid"])
                         await self.recorder.emit(pod, "Warning", "TenantAccessDenied" if forbidden(denied)
                                                  else "TenantAPIFailing",
@@ -305,6 +325,8 @@ async def main(cfg: VnodeConfig) -> None:
         if await _served(tenant, gv):
             crds.add(name)
     vnode = Vnode(cfg, tenant, compute, crds)
+    if cfg.tenant_api is not None:
+        vnode.pods.copies.api = await api_endpoint(*cfg.tenant_api)
     runners: list[web.AppRunner] = [await serve(make_app(vnode.ready, metrics.REGISTRY), cfg.metrics_address,
                                                 cfg.metrics_port)]
     if cfg.serving_cert and cfg.serving_key:

@@ -58,6 +58,8 @@ class Copies:
         self.caches = caches
         self.services_in: dict[str, dict[str, Obj]] = {}  # tenant Services by namespace, then name
         self.slices_of: dict[tuple[str, str], dict[str, Obj]] = {}  # hand-made EndpointSlices by (ns, Service)
+        # ``default/kubernetes`` as compute pods reach the tenant API (translate.py ``api_service``), if known
+        self.api: tuple[Obj, Obj] | None = None
 
     def on_tenant_service(self, event: str, svc: Obj) -> None:
         """Keep :attr:`services_in` with the tenant Services' cache (a pod asks only of its namespace)."""
@@ -105,6 +107,9 @@ class Copies:
         for svc in self.services_for(pod):
             if svc["metadata"]["name"] != needs.subdomain:  # that one is its subdomain's, above
                 await self._copy_service(svc)
+        if self.api is not None:
+            await self._copy_service_object(self.api[0])
+            await self._copy_slices(self.api[0], [self.api[1]])
         if needs.token is not None:
             return await self._token(pod, needs.token)
         if needs.identity:
@@ -161,15 +166,16 @@ class Copies:
         left: the pod runs without it, as beside a broken Service."""
         await self._copy_service_object(svc)
         if has_own_endpoints(svc):
-            await self._copy_slices(svc)
+            await self._copy_slices(svc, list(self.slices_of.get((svc["metadata"]["namespace"],
+                                                                  svc["metadata"]["name"]), {}).values()))
 
-    async def _copy_slices(self, svc: Obj) -> None:
-        """The copies of the tenant EndpointSlices of a Service without a selector, as they are upstream; a
-        copy whose tenant slice is gone is deleted."""
+    async def _copy_slices(self, svc: Obj, slices: list[Obj]) -> None:
+        """The copies of ``slices``, the tenant EndpointSlices of a Service without a selector, as they are
+        upstream; a copy whose tenant slice is gone is deleted."""
         meta = svc["metadata"]
         ns, url, cache = meta["namespace"], path(*SLICES, self.b.namespace), self.caches.compute_slices
         kept: set[str] = set()
-        for es in list(self.slices_of.get((ns, meta["name"]), {}).values()):
+        for es in slices:
             want = compute_endpoint_slice(es, self.b)
             digest = slice_digest(want)
             want["metadata"]["annotations"][DIGEST_ANNOTATION] = digest
@@ -320,6 +326,10 @@ class Copies:
             if (namespace_wide and ns in labels_in) or \
                     any(selects(selector, labels) for labels in labels_in.get(ns, ())):
                 used["services"].add(meta["name"])
+        api = naming.compute_name(self.b.tenant, "default", "kubernetes")
+        if self.api is not None and labels_in:  # every pod may ask for its cluster's API by name
+            used["services"].add(api)
+            used["endpointslices"].add(api)
         for es in list(self.caches.compute_slices.store.values()):  # copies of a used Service's own slices
             meta = es["metadata"]
             upstream = f"{(meta.get('labels') or {}).get(naming.UPSTREAM_NS_LABEL, '')}/" \

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import ipaddress
 import json
 import re
 from dataclasses import dataclass, field
@@ -459,8 +460,8 @@ def compute_service(svc: Obj, b: Bridge) -> Obj:
                 "ports": [{k: p[k] for k in ("name", "port", "protocol", "targetPort", "appProtocol") if k in p}
                           for p in spec.get("ports") or []],
                 "publishNotReadyAddresses": bool(spec.get("publishNotReadyAddresses"))}
-    if not has_own_endpoints(svc):  # else no selector: the copies of its EndpointSlices are its endpoints
-        out["selector"] = {**spec["selector"], naming.TENANT_LABEL: b.tenant, naming.UPSTREAM_NS_LABEL: ns}
+    if selector := spec.get("selector"):  # else the copies of its EndpointSlices are its endpoints
+        out["selector"] = {**selector, naming.TENANT_LABEL: b.tenant, naming.UPSTREAM_NS_LABEL: ns}
     if spec.get("clusterIP") == "None":
         out["clusterIP"] = "None"
     return {**copied, "spec": out}
@@ -487,6 +488,27 @@ def compute_endpoint_slice(es: Obj, b: Bridge) -> Obj:
             "addressType": es.get("addressType", "IPv4"), "endpoints": endpoints,
             "ports": [{k: p[k] for k in ("name", "port", "protocol", "appProtocol") if k in p}
                       for p in es.get("ports") or []]}
+
+
+def api_service(address: str, port: int) -> tuple[Obj, Obj] | None:
+    """The tenant cluster's ``default/kubernetes`` Service as compute pods reach it (``--tenant-api``), as a
+    tenant Service with endpoints of its own and its one EndpointSlice, which the copies above translate:
+    port 443 to ``address:port``, so that ``https://kubernetes.default.svc`` (Spark, many charts) reaches
+    the pod's own cluster, as ``KUBERNETES_SERVICE_HOST`` does. None where ``address`` is no address an
+    EndpointSlice may hold (loopback, link-local, unspecified: the API refuses them)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return None
+    if ip.is_loopback or ip.is_link_local or ip.is_unspecified:
+        return None
+    meta = {"namespace": "default", "name": "kubernetes"}
+    svc = {"metadata": meta, "spec": {"ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}]}}
+    es = {"metadata": {**meta, "labels": {SERVICE_NAME_LABEL: "kubernetes"}},
+          "addressType": "IPv6" if ip.version == 6 else "IPv4",
+          "endpoints": [{"addresses": [str(ip)], "conditions": {"ready": True}}],
+          "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}
+    return svc, es
 
 
 def slice_digest(es: Obj) -> str:

@@ -16,7 +16,8 @@ from dnslib import QTYPE, RCODE, DNSRecord
 from kubernetes_asyncio import client
 
 from ferry.cluster.planes import ControlPlanes
-from tests.helpers import api_client, ask, closed_port, compute_copies, eventually, resolve
+from ferry.cluster.process import Component
+from tests.helpers import api_client, ask, closed_port, compute_copies, eventually, resolve, swapped
 from vnode import naming
 from vnode.dnsserver import PeerDNS
 
@@ -209,6 +210,45 @@ async def test_a_label_the_tenant_gives_a_running_pod_puts_it_behind_the_service
     pod = await eventually(unlabelled, timeout=30, what="the label gone from the compute copy")
     assert pod.metadata.labels["mesh.example/injected"] == "true", "the compute side's own label stays"
     await eventually(lambda: _equal(routes_to(), []), timeout=30, what="the Service routing to nobody")
+
+
+async def test_kubernetes_default_svc_names_the_tenant_api_for_bridged_pods_given_its_address(
+        vnodes: dict[str, Component], tenant_api: client.ApiClient, compute_api: client.ApiClient,
+        tenant_ns: str, peer_dns: PeerDNS) -> None:
+    """`https://kubernetes.default.svc` (Spark's default master, many charts) from a bridged pod names the
+    tenant's API, as its KUBERNETES_SERVICE_HOST does: the vnode given the API's address keeps a copy of
+    `default/kubernetes` on 443 with an EndpointSlice to that address and port, and `ferry dns` answers
+    the name with the copy's cluster IP. Started without it, the vnode collects the copy. (The address is
+    a documentation one: local planes have no network to route it; what routes is the compute cluster's.)"""
+    api_copy = naming.compute_name("tenant-1", "default", "kubernetes")
+    ccore = client.CoreV1Api(compute_api)
+    vnode = swapped(vnodes["tenant-1"], "tenant-1-vnode-api-address", ["--tenant-api=198.51.100.7:6443"])
+    vnodes["tenant-1"].stop()
+    try:
+        vnode.start()
+        vnode.wait_ready()
+        body = peer("asks-api")
+        body["spec"].pop("subdomain")
+        await client.CoreV1Api(tenant_api).create_namespaced_pod(tenant_ns, body)
+        pod = (await eventually(lambda: running_copies(compute_api, tenant_ns, 1), timeout=60,
+                                what="the pod running"))["asks-api"]
+        env = {e.name: e.value for e in pod.spec.containers[0].env or []}
+        assert env["KUBERNETES_SERVICE_HOST"] == "198.51.100.7" and env["KUBERNETES_SERVICE_PORT"] == "6443"
+        svc = await ccore.read_namespaced_service(api_copy, "tenant-1")
+        assert svc.spec.selector is None and svc.spec.cluster_ip not in (None, "None")
+        assert [(p.port, p.target_port) for p in svc.spec.ports] == [(443, 6443)]
+        slices = await client.DiscoveryV1Api(compute_api).list_namespaced_endpoint_slice(
+            "tenant-1", label_selector=f"kubernetes.io/service-name={api_copy}")
+        assert [(a, p.port) for s in slices.items for e in s.endpoints for a in e.addresses
+                for p in s.ports] == [("198.51.100.7", 6443)]
+        for name in (f"kubernetes.default.svc.{ZONE}", "kubernetes.default", "kubernetes.default.svc"):
+            await eventually(lambda name=name: _resolves(peer_dns, pod, name, [svc.spec.cluster_ip]), timeout=10,
+                             what=f"{name} from the bridged pod")
+    finally:
+        vnode.stop()
+        vnodes["tenant-1"].start()
+        vnodes["tenant-1"].wait_ready()
+    await eventually(lambda: _gone(ccore, api_copy), timeout=60, what="the copy collected by a vnode without it")
 
 
 async def test_an_external_name_service_is_copied_for_its_namespaces_pods_and_answers_its_cname(

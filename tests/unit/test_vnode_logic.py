@@ -18,8 +18,11 @@ from vnode.node import Outage, capacity, forbidden
 from vnode.translate import (
     FOLLOWED_ANNOTATION,
     Bridge,
+    api_service,
+    compute_endpoint_slice,
     compute_ephemeral,
     compute_pod,
+    compute_service,
     gang_of,
     metadata_patch,
     needs_of,
@@ -630,3 +633,22 @@ def test_a_copy_follows_the_tenants_own_labels_and_annotations_and_keeps_what_th
     del legacy["metadata"]["annotations"][FOLLOWED_ANNOTATION]
     patch = metadata_patch(later, legacy)
     assert patch is not None and patch["metadata"]["labels"] == {"role": "leader"}
+
+
+def test_the_tenant_api_as_a_service_copy_needs_an_address_a_slice_may_hold() -> None:
+    """`kubernetes.default.svc` for compute pods: 443 to the tenant API's address and port, copied as a
+    Service without a selector and its slice; no copy for an address the EndpointSlice API refuses."""
+    b = Bridge(tenant="t", node="vn", namespace="t", queue="t")
+    assert api_service("127.0.0.1", 6443) is None
+    assert api_service("::1", 6443) is None and api_service("0.0.0.0", 6443) is None
+    assert api_service("169.254.1.1", 6443) is None and api_service("tenant-control-plane", 6443) is None
+    made = api_service("10.1.2.3", 6443)
+    assert made is not None
+    svc, es = compute_service(made[0], b), compute_endpoint_slice(made[1], b)
+    assert "selector" not in svc["spec"] and svc["spec"]["ports"][0]["port"] == 443
+    assert svc["spec"]["ports"][0]["targetPort"] == 6443 and svc["metadata"]["name"] == naming.compute_name(
+        "t", "default", "kubernetes")
+    assert es["metadata"]["labels"]["kubernetes.io/service-name"] == svc["metadata"]["name"]
+    assert es["endpoints"][0]["addresses"] == ["10.1.2.3"] and es["ports"][0]["port"] == 6443
+    v6 = api_service("fd00::2", 443)
+    assert v6 is not None and v6[1]["addressType"] == "IPv6"
