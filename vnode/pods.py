@@ -9,6 +9,7 @@ restart, so a crashed vnode converges without duplicates, orphans or lost pods.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -41,6 +42,7 @@ PREEMPTED = "the Kube-Ferry scheduler preempted this pod's job in the compute cl
 SETTLE_S = 3.0  # how long a fresh compute pod may wait for the scheduler before Pending is written upstream
 SETTLE_BOUND_S = 10.0  # ... and, once bound to a node, for its containers to start
 STRATEGIC = "application/strategic-merge-patch+json"
+REPATCH_S = 60.0  # a label patch the compute side undid is sent again after this long, not at once
 
 
 class PodReconciler:
@@ -60,6 +62,7 @@ class PodReconciler:
         # Retries are capped low: after an outage every failed key must come back within seconds.
         self.queue = WorkQueue("pods", max_delay=2.0)
         self.last_compute: dict[str, Obj] = {}  # tenant key -> last compute pod seen (for preemption)
+        self.metadata_sent: dict[str, tuple[str, float]] = {}  # tenant key -> last label patch, when
         self.created = 0  # compute pods this process created (progress log)
         self.status_writes = 0
         # tenant key -> (tenant UID, when) this process created its compute pod, until its first status write
@@ -127,6 +130,7 @@ class PodReconciler:
             if cp is not None:
                 await self._delete_compute(cp, "orphan")
             self.last_compute.pop(key, None)
+            self.metadata_sent.pop(key, None)
             self.created_at.pop(key, None)
             self.refused_debug.pop(key, None)
             return
@@ -161,7 +165,7 @@ class PodReconciler:
             self.queue.add_after(key, max(refresh, 1.0))
         if not cp.get("spec", {}).get("nodeName"):
             await self.gangs.restore(tp)
-        cp = await self._follow_metadata(tp, cp)
+        cp = await self._follow_metadata(key, tp, cp)
         cp = await self._add_ephemeral(key, tp, cp)
         await self._mirror(key, tp, cp)
         if (gang := gang_of(tp)) is not None and POD_GROUP_LABEL not in (cp["metadata"].get("labels") or {}):
@@ -232,13 +236,20 @@ class PodReconciler:
                                              "spec": {"schedulingGates": gates or None}})
         self.caches.compute_pods.remember(released, replaces=cp)
 
-    async def _follow_metadata(self, tp: Obj, cp: Obj) -> Obj:
+    async def _follow_metadata(self, key: str, tp: Obj, cp: Obj) -> Obj:
         """A label or annotation the tenant changes on a live pod reaches its copy, where the compute
-        cluster's Services, ``ferry dns`` and the downward API read it (translate.py ``followed``)."""
+        cluster's Services, ``ferry dns`` and the downward API read it (translate.py ``followed``). The
+        same patch is sent again only after ``REPATCH_S``: a compute-side webhook that undoes it on every
+        update would otherwise make each patch's own watch event the cause of the next."""
         patch = metadata_patch(tp, cp)
         if patch is None or cp["metadata"].get("deletionTimestamp"):
             return cp
         patch["metadata"]["uid"] = cp["metadata"]["uid"]  # this copy, not a later one of the same name
+        sent, at = self.metadata_sent.get(key, ("", 0.0))
+        body, now_s = json.dumps(patch, sort_keys=True), time.monotonic()
+        if body == sent and now_s - at < REPATCH_S:
+            return cp
+        self.metadata_sent[key] = (body, now_s)
         updated = await self.compute.patch(path("", "v1", "pods", self.b.namespace, cp["metadata"]["name"]), patch)
         self.caches.compute_pods.remember(updated, replaces=cp)
         return updated

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import ssl
 import uuid
 from collections.abc import Awaitable
@@ -367,6 +368,28 @@ async def test_kubectl_logs_through_the_tenant_cluster(planes: ControlPlanes, te
     finally:
         proc.kill()
         await proc.wait()
+
+
+async def test_a_compute_side_actor_that_undoes_a_followed_label_is_not_fought_in_a_loop(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """A label the tenant gives a running pod reaches its copy; a compute-side actor that undoes it at once
+    (a webhook mutating every update) gets the patch again only after a back-off, not after each of its
+    own undos: otherwise every patch's watch event would cause the next, a hot loop on the compute API."""
+    core, ccore = client.CoreV1Api(tenant_api), client.CoreV1Api(compute_api)
+    _, copy = await running_pair(core, compute_api, tenant_ns, "fought")
+    await core.patch_namespaced_pod("fought", tenant_ns, {"metadata": {"labels": {"role": "leader"}}})
+    undone = 0
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(12):
+            while True:  # observe for a fixed window, undoing the label each time it appears
+                pod = await ccore.read_namespaced_pod(copy.metadata.name, "tenant-1")
+                if (pod.metadata.labels or {}).get("role") == "leader":
+                    await ccore.patch_namespaced_pod(copy.metadata.name, "tenant-1",
+                                                     {"metadata": {"labels": {"role": None}}})
+                    undone += 1
+                await asyncio.sleep(0.1)
+    assert undone >= 1, "the label reached the copy"
+    assert undone <= 2, f"the vnode re-sent its patch after each undo: {undone} times in 12 s"
 
 
 async def test_virtual_node_registers_with_capacity_and_heartbeat(tenant_api: client.ApiClient,
