@@ -141,7 +141,8 @@ class VirtualNode:
             refused = forbidden(denied or "")
             tenant["reason"] = "Forbidden" if refused else "TenantAPIFailing"
             tenant["message"] = (f"the virtual node {'may not read' if refused else 'cannot read'} what it serves "
-                                 f"({denied}); pods bound here wait until it can"
+                                 f"({denied}); until it can, a pod bound here that needs it waits (before the "
+                                 "first read, every pod)"
                                  + (f": {RBAC_HINT}" if refused else ""))
         return {
             "capacity": cap, "allocatable": cap,
@@ -194,7 +195,7 @@ class VirtualNode:
         ref = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.name, "uid": self._uid}}
         if (self._reported is None or self._reported[2]) and denied is not None:
             await self.events.emit(ref, "Warning", "TenantAccessDenied" if forbidden(denied) else "TenantAPIFailing",
-                                   f"pods bound here wait: the virtual node cannot read {denied}"
+                                   f"the virtual node cannot read {denied}; pods bound here that need it wait"
                                    + (f"; {RBAC_HINT}" if forbidden(denied) else ""), key=f"tenant-access-{now()}")
         elif self._reported is not None and not self._reported[2] and denied is None:
             await self.events.emit(ref, "Normal", "TenantAccessRestored", "every list and watch of this cluster "
