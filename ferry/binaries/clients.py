@@ -1,6 +1,6 @@
 """Build and cache the unmodified tenant-side clients Kube-Ferry is checked with: Kubeflow's Training
-Operator and MPI Operator, KubeRay's operator, the JobSet controller and Volcano's job controller (with its
-admission webhooks), each from its Go module as its own repository builds it, with the CRDs its release
+Operator and MPI Operator, KubeRay's operator, the JobSet and LeaderWorkerSet controllers and Volcano's job
+controller (with its admission webhooks), each from its Go module as its own repository builds it, with the CRDs its release
 installs.
 
 Nothing of it is kept in this repository; the build is cached next to the control-plane binaries.
@@ -40,6 +40,8 @@ KUBERAY = OperatorSource("KubeRay operator", "github.com/ray-project/kuberay/ray
                          "ray-operator", ".", "config/crd/bases", "batch-scheduler")
 JOBSET = OperatorSource("JobSet controller", "sigs.k8s.io/jobset", "v0.11.0", "jobset", ".",
                         "config/components/crd/bases", "kube-api-qps")
+LEADER_WORKER_SET = OperatorSource("LeaderWorkerSet controller", "sigs.k8s.io/lws", "v0.7.0", "lws", "./cmd",
+                                   "config/crd/bases", "kube-api-qps")
 # Volcano's job controller and webhooks from v1.10.0, the newest release served here that builds from its module
 # alone (from v1.14 on, volcano.sh/apis is replaced by a folder no module zip holds, which is why the Volcano
 # scheduler peer of the benchmarks needs a git mirror). The tenant's vcjob API is the same batch/v1alpha1.

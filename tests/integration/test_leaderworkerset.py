@@ -1,0 +1,171 @@
+"""An unmodified LeaderWorkerSet controller (v0.7.0, built from its Go module; what multi-node inference
+such as vLLM is deployed with) in a tenant cluster: a group's leader and worker, pods of StatefulSets that
+LWS's pod webhook labels and gives ``LWS_LEADER_ADDRESS``, run through the virtual node and the worker
+finds its leader by that name (answered by `ferry dns`). A deleted worker makes LWS recreate the whole
+group under the same names (``RecreateGroupOnPodRestart``): the compute cluster then holds the new pods'
+copies and nothing of the old ones; a deleted LeaderWorkerSet leaves no copy behind.
+
+The controller's admission webhooks are served by the process itself and called by URL with a certificate
+the test issues (local planes have no cluster network), as in test_jobset.py."""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_asyncio import client
+
+from ferry import certs
+from ferry.binaries import Binaries
+from ferry.binaries.clients import LEADER_WORKER_SET, ensure_operator
+from ferry.cluster.planes import ControlPlanes
+from ferry.cluster.process import Component
+from tests.helpers import compute_copies, eventually, free_port, install_crd, logged_process, resolve, wait_sync
+from vnode import naming
+from vnode.dnsserver import PeerDNS
+
+TENANT = "tenant-1"
+TOLERATION = {"key": "virtual-kubelet.io/provider", "operator": "Exists", "effect": "NoSchedule"}
+WEBHOOKS = ("lws-ferry-test-mutating", "lws-ferry-test-validating")
+GROUP, VERSION, PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"
+
+
+def webhook_configurations(port: int, ca: bytes) -> list[dict[str, Any]]:
+    """The release's webhooks (config/webhook, with its patches: pods only of a LeaderWorkerSet), by URL."""
+    bundle = base64.b64encode(ca).decode()
+    sets = {"apiGroups": [GROUP], "apiVersions": [VERSION], "resources": [PLURAL],
+            "operations": ["CREATE", "UPDATE"]}
+    of_sets = {"matchExpressions": [{"key": "leaderworkerset.sigs.k8s.io/name", "operator": "Exists"}]}
+
+    def hook(name: str, url_path: str, rule: dict[str, Any], selector: dict[str, Any] | None = None) -> Any:
+        out = {"name": name, "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Fail",
+               "clientConfig": {"url": f"https://127.0.0.1:{port}{url_path}", "caBundle": bundle}, "rules": [rule]}
+        if selector:
+            out["objectSelector"] = selector
+        return out
+
+    pods = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}
+    return [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+         "metadata": {"name": WEBHOOKS[0]},
+         "webhooks": [hook("mleaderworkerset.kb.io", "/mutate-leaderworkerset-x-k8s-io-v1-leaderworkerset", sets),
+                      hook("mpod.kb.io", "/mutate--v1-pod", {**pods, "operations": ["CREATE"]}, of_sets)]},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+         "metadata": {"name": WEBHOOKS[1]},
+         "webhooks": [hook("vleaderworkerset.kb.io", "/validate-leaderworkerset-x-k8s-io-v1-leaderworkerset", sets),
+                      hook("vpod.kb.io", "/validate--v1-pod", {**pods, "operations": ["CREATE", "UPDATE"]},
+                           of_sets)]},
+    ]
+
+
+@pytest.fixture(scope="module")
+def lws_controller(planes: ControlPlanes, binaries: Binaries, vnodes: dict[str, Component],
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[subprocess.Popen[bytes]]:
+    """The controller watching every namespace of tenant-1, its webhooks registered while it runs."""
+    op = ensure_operator(LEADER_WORKER_SET)
+    kubeconfig = planes.kubeconfig(TENANT)
+    kubectl = [str(binaries.path("kubectl")), f"--kubeconfig={kubeconfig}"]
+    install_crd(kubectl, op.crds / "leaderworkerset.x-k8s.io_leaderworkersets.yaml", f"{PLURAL}.{GROUP}")
+    work = tmp_path_factory.mktemp("lws")
+    ca = certs.new_ca("lws-webhook-ca")
+    serving = certs.issue(ca, "127.0.0.1", ips=("127.0.0.1",), server=True)
+    (work / "certs").mkdir()
+    (work / "certs" / "tls.crt").write_bytes(certs.cert_pem(serving.cert))
+    (work / "certs" / "tls.key").write_bytes(certs.key_pem(serving.key))
+    port = free_port()
+    config = work / "config.yaml"
+    config.write_text(yaml.safe_dump({
+        "apiVersion": "config.lws.x-k8s.io/v1alpha1", "kind": "Configuration",
+        "internalCertManagement": {"enable": False}, "leaderElection": {"leaderElect": False},
+        "webhook": {"port": port, "host": "127.0.0.1", "certDir": str(work / "certs")},
+        "metrics": {"bindAddress": "0"}, "health": {"healthProbeBindAddress": "0"}}))
+    log_path = work / "controller.log"
+    with logged_process([str(op.binary), f"--config={config}"], {**os.environ, "KUBECONFIG": str(kubeconfig)},
+                        log_path) as proc:
+        wait_sync(lambda: b"Starting workers" in log_path.read_bytes() or proc.poll() is not None, 90,
+                  f"the LeaderWorkerSet controller to start (log: {log_path})")
+        assert proc.poll() is None, log_path.read_text()[-3000:]
+        manifests = yaml.safe_dump_all(webhook_configurations(port, certs.cert_pem(ca.cert)))
+        subprocess.run([*kubectl, "apply", "-f", "-"], input=manifests.encode(), check=True, capture_output=True)
+        try:
+            yield proc
+        finally:  # its pod webhooks would refuse LWS pods once nobody serves them
+            subprocess.run([*kubectl, "delete", "mutatingwebhookconfiguration", WEBHOOKS[0], "--ignore-not-found"],
+                           check=False, capture_output=True)
+            subprocess.run([*kubectl, "delete", "validatingwebhookconfiguration", WEBHOOKS[1],
+                            "--ignore-not-found"], check=False, capture_output=True)
+
+
+def leader_worker_set(name: str, size: int) -> dict[str, Any]:
+    """A LeaderWorkerSet as its examples write one: one group of ``size`` GPU pods, the leader from the
+    worker template, the whole group recreated when one of its pods restarts or goes (LWS's default)."""
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LeaderWorkerSet", "metadata": {"name": name},
+            "spec": {"replicas": 1, "leaderWorkerTemplate": {
+                "size": size, "restartPolicy": "RecreateGroupOnPodRestart",
+                "workerTemplate": {"spec": {"tolerations": [TOLERATION], "automountServiceAccountToken": False,
+                                            "containers": [{"name": "main", "image": "vllm:1", "resources": {
+                                                "limits": {"nvidia.com/gpu": "1"}}}]}}}}}
+
+
+async def _group(core: client.CoreV1Api, compute: client.ApiClient, ns: str,
+                 names: list[str]) -> dict[str, tuple[Any, Any]] | None:
+    """Each of the tenant pods ``names`` Running, with its one live compute copy Running with an IP, once
+    the compute namespace holds no other copy of those names."""
+    tenant = {p.metadata.name: p for p in (await core.list_namespaced_pod(ns)).items}
+    copies = [c for c in await compute_copies(compute, ns)
+              if c.metadata.annotations[naming.UPSTREAM_NAME_ANNOTATION] in names]
+    out = {}
+    for name in names:
+        pod = tenant.get(name)
+        mine = [c for c in copies if c.metadata.annotations[naming.UPSTREAM_NAME_ANNOTATION] == name]
+        if pod is None or pod.status.phase != "Running" or len(mine) != 1:
+            return None
+        cp = mine[0]
+        if cp.metadata.labels[naming.UPSTREAM_UID_LABEL] != pod.metadata.uid or cp.status.phase != "Running" \
+                or not cp.status.pod_ip or cp.metadata.deletion_timestamp is not None:
+            return None
+        out[name] = (pod, cp)
+    return out
+
+
+@pytest.mark.usefixtures("lws_controller")
+async def test_a_leader_worker_groups_worker_finds_its_leader_and_the_group_is_recreated_whole(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str, peer_dns: PeerDNS) -> None:
+    core, sets = client.CoreV1Api(tenant_api), client.CustomObjectsApi(tenant_api)
+    await sets.create_namespaced_custom_object(GROUP, VERSION, tenant_ns, PLURAL, leader_worker_set("llm", 2))
+    names = ["llm-0", "llm-0-1"]
+    group = await eventually(lambda: _group(core, compute_api, tenant_ns, names), timeout=90,
+                             what="the group's leader and worker Running, each with its copy")
+    (leader, leader_copy), (worker, worker_copy) = group["llm-0"], group["llm-0-1"]
+    env = {e.name: e.value for e in worker.spec.containers[0].env or []}
+    address = env.get("LWS_LEADER_ADDRESS")
+    assert address == f"llm-0.llm.{tenant_ns}", env  # LWS's pod webhook, in the tenant cluster
+    for name in (address, f"{address}.svc.cluster.local"):
+        assert await resolve(peer_dns, worker_copy, name) == [leader_copy.status.pod_ip], name
+
+    await core.delete_namespaced_pod("llm-0-1", tenant_ns)  # LWS recreates the whole group
+
+    async def recreated() -> dict[str, tuple[Any, Any]] | None:
+        now = await _group(core, compute_api, tenant_ns, names)
+        return now if now and now["llm-0"][0].metadata.uid != leader.metadata.uid \
+            and now["llm-0-1"][0].metadata.uid != worker.metadata.uid else None
+
+    group = await eventually(recreated, timeout=120, what="the group recreated under its names, one copy each")
+    old = {leader_copy.metadata.name: leader.metadata.uid, worker_copy.metadata.name: worker.metadata.uid}
+    assert not [c for c in await compute_copies(compute_api, tenant_ns)
+                if c.metadata.labels[naming.UPSTREAM_UID_LABEL] in old.values()], "no copy of the old group"
+    new_leader, new_worker = group["llm-0"][1], group["llm-0-1"][1]
+    assert await resolve(peer_dns, new_worker, address) == [new_leader.status.pod_ip]
+
+    await sets.delete_namespaced_custom_object(GROUP, VERSION, tenant_ns, PLURAL, "llm")
+
+    async def collected() -> bool:
+        return not [c for c in await compute_copies(compute_api, tenant_ns)
+                    if c.metadata.annotations[naming.UPSTREAM_NAME_ANNOTATION] in names]
+
+    await eventually(collected, timeout=90, what="no copy left once the LeaderWorkerSet is deleted")
