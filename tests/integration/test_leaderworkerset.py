@@ -1,9 +1,12 @@
 """An unmodified LeaderWorkerSet controller (v0.7.0, built from its Go module; what multi-node inference
-such as vLLM is deployed with) in a tenant cluster: a group's leader and worker, pods of StatefulSets that
-LWS's pod webhook labels and gives ``LWS_LEADER_ADDRESS``, run through the virtual node and the worker
-finds its leader by that name (answered by `ferry dns`). A deleted worker makes LWS recreate the whole
-group under the same names (``RecreateGroupOnPodRestart``): the compute cluster then holds the new pods'
-copies and nothing of the old ones; a deleted LeaderWorkerSet leaves no copy behind.
+such as vLLM is deployed with) in a tenant cluster, with its Volcano gang scheduling on: a group's leader
+and worker, pods of StatefulSets that LWS's pod webhook labels, names a Volcano PodGroup on and gives
+``LWS_LEADER_ADDRESS``, run through the virtual node as one gang (the vnode is the tenant's Volcano) and
+the worker finds its leader by that name (answered by `ferry dns`). A deleted worker makes LWS recreate the whole
+group under the same names (``RecreateGroupOnPodRestart``): the compute cluster then holds the new
+pods' copies and nothing of the old ones, and they run as one gang. (LWS v0.7.0 keeps the old group's
+PodGroup, owned by the old leader, when it finds it still there; the tenant's garbage collector removes
+it later, and the running group is left alone.) A deleted LeaderWorkerSet leaves no copy behind.
 
 The controller's admission webhooks are served by the process itself and called by URL with a certificate
 the test issues (local planes have no cluster network), as in test_jobset.py."""
@@ -25,12 +28,12 @@ from ferry.binaries import Binaries
 from ferry.binaries.clients import LEADER_WORKER_SET, ensure_operator
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
+from ferry.keys import POD_GROUP_LABEL
 from tests.helpers import compute_copies, eventually, free_port, install_crd, logged_process, resolve, wait_sync
 from vnode import naming
 from vnode.dnsserver import PeerDNS
 
 TENANT = "tenant-1"
-TOLERATION = {"key": "virtual-kubelet.io/provider", "operator": "Exists", "effect": "NoSchedule"}
 WEBHOOKS = ("lws-ferry-test-mutating", "lws-ferry-test-validating")
 GROUP, VERSION, PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"
 
@@ -82,6 +85,7 @@ def lws_controller(planes: ControlPlanes, binaries: Binaries, vnodes: dict[str, 
     config.write_text(yaml.safe_dump({
         "apiVersion": "config.lws.x-k8s.io/v1alpha1", "kind": "Configuration",
         "internalCertManagement": {"enable": False}, "leaderElection": {"leaderElect": False},
+        "gangSchedulingManagement": {"schedulerProvider": "volcano"},
         "webhook": {"port": port, "host": "127.0.0.1", "certDir": str(work / "certs")},
         "metrics": {"bindAddress": "0"}, "health": {"healthProbeBindAddress": "0"}}))
     log_path = work / "controller.log"
@@ -102,12 +106,14 @@ def lws_controller(planes: ControlPlanes, binaries: Binaries, vnodes: dict[str, 
 
 
 def leader_worker_set(name: str, size: int) -> dict[str, Any]:
-    """A LeaderWorkerSet as its examples write one: one group of ``size`` GPU pods, the leader from the
-    worker template, the whole group recreated when one of its pods restarts or goes (LWS's default)."""
+    """A LeaderWorkerSet as its examples write one for Volcano's gang scheduling: one group of ``size``
+    GPU pods of scheduler ``volcano`` (LWS makes a Volcano PodGroup per group, of ``size`` members, and
+    names it on the pods), the leader from the worker template, the whole group recreated when one of its
+    pods restarts or goes (LWS's default)."""
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LeaderWorkerSet", "metadata": {"name": name},
             "spec": {"replicas": 1, "leaderWorkerTemplate": {
                 "size": size, "restartPolicy": "RecreateGroupOnPodRestart",
-                "workerTemplate": {"spec": {"tolerations": [TOLERATION], "automountServiceAccountToken": False,
+                "workerTemplate": {"spec": {"schedulerName": "volcano", "automountServiceAccountToken": False,
                                             "containers": [{"name": "main", "image": "vllm:1", "resources": {
                                                 "limits": {"nvidia.com/gpu": "1"}}}]}}}}}
 
@@ -133,6 +139,21 @@ async def _group(core: client.CoreV1Api, compute: client.ApiClient, ns: str,
     return out
 
 
+async def _no_groups(api: client.ApiClient, ns: str, lws: str) -> bool:
+    return not (await client.CustomObjectsApi(api).list_namespaced_custom_object(
+        "scheduling.volcano.sh", "v1beta1", ns, "podgroups",
+        label_selector=f"leaderworkerset.sigs.k8s.io/name={lws}"))["items"]
+
+
+async def _running_gang(api: client.ApiClient, ns: str, lws: str) -> dict[str, Any] | None:
+    """The Volcano PodGroup LWS made for the set's one group, once Running and not being deleted."""
+    groups = (await client.CustomObjectsApi(api).list_namespaced_custom_object(
+        "scheduling.volcano.sh", "v1beta1", ns, "podgroups",
+        label_selector=f"leaderworkerset.sigs.k8s.io/name={lws}"))["items"]
+    live = [g for g in groups if not g["metadata"].get("deletionTimestamp")]
+    return live[0] if len(live) == 1 and (live[0].get("status") or {}).get("phase") == "Running" else None
+
+
 @pytest.mark.usefixtures("lws_controller")
 async def test_a_leader_worker_groups_worker_finds_its_leader_and_the_group_is_recreated_whole(
         tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str, peer_dns: PeerDNS) -> None:
@@ -142,6 +163,10 @@ async def test_a_leader_worker_groups_worker_finds_its_leader_and_the_group_is_r
     group = await eventually(lambda: _group(core, compute_api, tenant_ns, names), timeout=90,
                              what="the group's leader and worker Running, each with its copy")
     (leader, leader_copy), (worker, worker_copy) = group["llm-0"], group["llm-0-1"]
+    gang = await eventually(lambda: _running_gang(tenant_api, tenant_ns, "llm"), timeout=30,
+                            what="LWS's Volcano PodGroup Running (the vnode is the tenant's Volcano)")
+    assert gang["spec"]["minMember"] == 2 and leader_copy.metadata.labels.get(POD_GROUP_LABEL) \
+        == worker_copy.metadata.labels.get(POD_GROUP_LABEL) is not None, "one gang in the compute cluster"
     env = {e.name: e.value for e in worker.spec.containers[0].env or []}
     address = env.get("LWS_LEADER_ADDRESS")
     assert address == f"llm-0.llm.{tenant_ns}", env  # LWS's pod webhook, in the tenant cluster
@@ -160,6 +185,15 @@ async def test_a_leader_worker_groups_worker_finds_its_leader_and_the_group_is_r
     assert not [c for c in await compute_copies(compute_api, tenant_ns)
                 if c.metadata.labels[naming.UPSTREAM_UID_LABEL] in old.values()], "no copy of the old group"
     new_leader, new_worker = group["llm-0"][1], group["llm-0-1"][1]
+    assert new_leader.metadata.labels.get(POD_GROUP_LABEL) == new_worker.metadata.labels.get(POD_GROUP_LABEL) \
+        is not None, "the new group runs as one gang"
+    # LWS found the old group's PodGroup (owned by the old leader) still there and kept it; the tenant's
+    # garbage collector removes it later. Running pods whose PodGroup goes are left alone.
+    await eventually(lambda: _no_groups(tenant_api, tenant_ns, "llm"), timeout=120,
+                     what="the old leader's PodGroup collected by the tenant's garbage collector")
+    still = await _group(core, compute_api, tenant_ns, names)
+    assert still is not None and {n: p.metadata.uid for n, (p, _) in still.items()} == \
+        {n: p.metadata.uid for n, (p, _) in group.items()}, "the running group undisturbed"
     assert await resolve(peer_dns, new_worker, address) == [new_leader.status.pod_ip]
 
     await sets.delete_namespaced_custom_object(GROUP, VERSION, tenant_ns, PLURAL, "llm")
