@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import inspect
+import os
 import socket
 import subprocess
 import time
@@ -15,10 +17,12 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
 from dnslib import RCODE, DNSRecord
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from ferry import certs
 from ferry.cluster.ports import PortAllocator
 from ferry.cluster.process import Component
 from ferry.kube import rest
@@ -109,6 +113,56 @@ def logged_process(cmd: list[str], env: dict[str, str], log_path: Path) -> Itera
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def url_webhook(port: int, ca: bytes, name: str, url_path: str, rule: dict[str, Any],
+                selector: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One webhook of a configuration, called by URL on this host, as ``controller_with_webhooks`` serves it."""
+    out: dict[str, Any] = {
+        "name": name, "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Fail",
+        "clientConfig": {"url": f"https://127.0.0.1:{port}{url_path}", "caBundle": base64.b64encode(ca).decode()},
+        "rules": [rule]}
+    if selector:
+        out["objectSelector"] = selector
+    return out
+
+
+@contextmanager
+def controller_with_webhooks(binary: Path, config_api: str, settings: dict[str, Any], kubeconfig: Path,
+                             kubectl: list[str], work: Path, webhooks: Callable[[int, bytes], list[dict[str, Any]]],
+                             ) -> Iterator[subprocess.Popen[bytes]]:
+    """A controller-runtime controller (JobSet's, LeaderWorkerSet's) against ``kubeconfig``, configured by a
+    ``config_api`` Configuration file (``settings`` added to it), its admission webhooks served by the
+    process and called by URL with a certificate issued here (local planes have no cluster network, as
+    envtest does): ``webhooks(port, ca)`` gives the configurations, registered once the controller runs
+    and removed after, as its pod webhooks would refuse its pods once nobody serves them."""
+    ca = certs.new_ca(f"{binary.name}-webhook-ca")
+    serving = certs.issue(ca, "127.0.0.1", ips=("127.0.0.1",), server=True)
+    (work / "certs").mkdir()
+    (work / "certs" / "tls.crt").write_bytes(certs.cert_pem(serving.cert))
+    (work / "certs" / "tls.key").write_bytes(certs.key_pem(serving.key))
+    port = free_port()
+    config = work / "config.yaml"
+    config.write_text(yaml.safe_dump({
+        "apiVersion": config_api, "kind": "Configuration",
+        "internalCertManagement": {"enable": False}, "leaderElection": {"leaderElect": False},
+        "webhook": {"port": port, "host": "127.0.0.1", "certDir": str(work / "certs")},
+        "metrics": {"bindAddress": "0"}, "health": {"healthProbeBindAddress": "0"}, **settings}))
+    log_path = work / "controller.log"
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    with logged_process([str(binary), f"--config={config}"], env, log_path) as proc:
+        wait_sync(lambda: b"Starting workers" in log_path.read_bytes() or proc.poll() is not None, 90,
+                  f"{binary.name} to start (log: {log_path})")
+        assert proc.poll() is None, log_path.read_text()[-3000:]
+        manifests = webhooks(port, certs.cert_pem(ca.cert))
+        subprocess.run([*kubectl, "apply", "-f", "-"], input=yaml.safe_dump_all(manifests).encode(), check=True,
+                       capture_output=True)
+        try:
+            yield proc
+        finally:
+            for m in manifests:
+                subprocess.run([*kubectl, "delete", m["kind"].lower(), m["metadata"]["name"], "--ignore-not-found"],
+                               check=False, capture_output=True)
 
 
 def vnode_metrics(vnode: Component) -> dict[str, float]:

@@ -1,7 +1,7 @@
 """Build and cache the unmodified tenant-side clients Kube-Ferry is checked with: Kubeflow's Training
 Operator and MPI Operator, KubeRay's operator, the JobSet and LeaderWorkerSet controllers and Volcano's job
-controller (with its admission webhooks), each from its Go module as its own repository builds it, with the CRDs its release
-installs.
+controller (with its admission webhooks), each from its Go module as its own repository builds it, with the
+CRDs its release installs.
 
 Nothing of it is kept in this repository; the build is cached next to the control-plane binaries.
 """

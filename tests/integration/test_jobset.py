@@ -9,22 +9,19 @@ process itself and called by URL with a certificate the test issues: local plane
 
 from __future__ import annotations
 
-import base64
-import os
 import subprocess
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes_asyncio import client
 
-from ferry import certs
 from ferry.binaries import Binaries
 from ferry.binaries.clients import JOBSET, ensure_operator
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
-from tests.helpers import compute_copies, eventually, free_port, install_crd, logged_process, resolve, wait_sync
+from tests.helpers import compute_copies, controller_with_webhooks, eventually, install_crd, resolve, url_webhook
 from vnode.dnsserver import PeerDNS
 from vnode.naming import UPSTREAM_NAME_ANNOTATION
 
@@ -35,17 +32,11 @@ WEBHOOKS = ("jobset-ferry-test-mutating", "jobset-ferry-test-validating")
 
 def webhook_configurations(port: int, ca: bytes) -> list[dict[str, Any]]:
     """The release's webhooks (config/components/webhook, with its patches), each called by URL."""
-    bundle = base64.b64encode(ca).decode()
     jobsets = {"apiGroups": ["jobset.x-k8s.io"], "apiVersions": ["v1alpha2"], "resources": ["jobsets"]}
     pods = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
     of_jobsets = {"matchExpressions": [{"key": "jobset.sigs.k8s.io/jobset-name", "operator": "Exists"}]}
 
-    def hook(name: str, url_path: str, rule: dict[str, Any], selector: dict[str, Any] | None = None) -> Any:
-        out = {"name": name, "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Fail",
-               "clientConfig": {"url": f"https://127.0.0.1:{port}{url_path}", "caBundle": bundle}, "rules": [rule]}
-        if selector:
-            out["objectSelector"] = selector
-        return out
+    hook = partial(url_webhook, port, ca)
 
     return [
         {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
@@ -69,34 +60,9 @@ def jobset_controller(planes: ControlPlanes, binaries: Binaries, vnodes: dict[st
     kubeconfig = planes.kubeconfig(TENANT)
     kubectl = [str(binaries.path("kubectl")), f"--kubeconfig={kubeconfig}"]
     install_crd(kubectl, op.crds / "jobset.x-k8s.io_jobsets.yaml", "jobsets.jobset.x-k8s.io")
-    work = tmp_path_factory.mktemp("jobset")
-    ca = certs.new_ca("jobset-webhook-ca")
-    serving = certs.issue(ca, "127.0.0.1", ips=("127.0.0.1",), server=True)
-    (work / "certs").mkdir()
-    (work / "certs" / "tls.crt").write_bytes(certs.cert_pem(serving.cert))
-    (work / "certs" / "tls.key").write_bytes(certs.key_pem(serving.key))
-    port = free_port()
-    config = work / "config.yaml"
-    config.write_text(yaml.safe_dump({
-        "apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
-        "internalCertManagement": {"enable": False}, "leaderElection": {"leaderElect": False},
-        "webhook": {"port": port, "host": "127.0.0.1", "certDir": str(work / "certs")},
-        "metrics": {"bindAddress": "0"}, "health": {"healthProbeBindAddress": "0"}}))
-    log_path = work / "controller.log"
-    with logged_process([str(op.binary), f"--config={config}"], {**os.environ, "KUBECONFIG": str(kubeconfig)},
-                        log_path) as proc:
-        wait_sync(lambda: b"Starting workers" in log_path.read_bytes() or proc.poll() is not None, 90,
-                  f"the JobSet controller to start (log: {log_path})")
-        assert proc.poll() is None, log_path.read_text()[-3000:]
-        manifests = yaml.safe_dump_all(webhook_configurations(port, certs.cert_pem(ca.cert)))
-        subprocess.run([*kubectl, "apply", "-f", "-"], input=manifests.encode(), check=True, capture_output=True)
-        try:
-            yield proc
-        finally:  # its pod webhooks would refuse JobSet pods once nobody serves them
-            subprocess.run([*kubectl, "delete", "mutatingwebhookconfiguration", WEBHOOKS[0], "--ignore-not-found"],
-                           check=False, capture_output=True)
-            subprocess.run([*kubectl, "delete", "validatingwebhookconfiguration", WEBHOOKS[1],
-                            "--ignore-not-found"], check=False, capture_output=True)
+    with controller_with_webhooks(op.binary, "config.jobset.x-k8s.io/v1alpha1", {}, kubeconfig, kubectl,
+                                  tmp_path_factory.mktemp("jobset"), webhook_configurations) as proc:
+        yield proc
 
 
 def jobset(name: str, pods: int, duration: str) -> dict[str, Any]:

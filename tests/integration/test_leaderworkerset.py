@@ -5,31 +5,29 @@ and worker, pods of StatefulSets that LWS's pod webhook labels, names a Volcano 
 the worker finds its leader by that name (answered by `ferry dns`). A deleted worker makes LWS recreate the whole
 group under the same names (``RecreateGroupOnPodRestart``): the compute cluster then holds the new
 pods' copies and nothing of the old ones, and they run as one gang. (LWS v0.7.0 keeps the old group's
-PodGroup, owned by the old leader, when it finds it still there; the tenant's garbage collector removes
-it later, and the running group is left alone.) A deleted LeaderWorkerSet leaves no copy behind.
+PodGroup, owned by the old leader, when it finds it still there, else makes a new one; a kept one the
+tenant's garbage collector removes later, and the running group is left alone.) A deleted
+LeaderWorkerSet leaves no copy behind.
 
 The controller's admission webhooks are served by the process itself and called by URL with a certificate
 the test issues (local planes have no cluster network), as in test_jobset.py."""
 
 from __future__ import annotations
 
-import base64
-import os
 import subprocess
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes_asyncio import client
 
-from ferry import certs
 from ferry.binaries import Binaries
 from ferry.binaries.clients import LEADER_WORKER_SET, ensure_operator
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
 from ferry.keys import POD_GROUP_LABEL
-from tests.helpers import compute_copies, eventually, free_port, install_crd, logged_process, resolve, wait_sync
+from tests.helpers import compute_copies, controller_with_webhooks, eventually, install_crd, resolve, url_webhook
 from vnode import naming
 from vnode.dnsserver import PeerDNS
 
@@ -40,17 +38,11 @@ GROUP, VERSION, PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"
 
 def webhook_configurations(port: int, ca: bytes) -> list[dict[str, Any]]:
     """The release's webhooks (config/webhook, with its patches: pods only of a LeaderWorkerSet), by URL."""
-    bundle = base64.b64encode(ca).decode()
     sets = {"apiGroups": [GROUP], "apiVersions": [VERSION], "resources": [PLURAL],
             "operations": ["CREATE", "UPDATE"]}
     of_sets = {"matchExpressions": [{"key": "leaderworkerset.sigs.k8s.io/name", "operator": "Exists"}]}
 
-    def hook(name: str, url_path: str, rule: dict[str, Any], selector: dict[str, Any] | None = None) -> Any:
-        out = {"name": name, "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Fail",
-               "clientConfig": {"url": f"https://127.0.0.1:{port}{url_path}", "caBundle": bundle}, "rules": [rule]}
-        if selector:
-            out["objectSelector"] = selector
-        return out
+    hook = partial(url_webhook, port, ca)
 
     pods = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}
     return [
@@ -74,35 +66,10 @@ def lws_controller(planes: ControlPlanes, binaries: Binaries, vnodes: dict[str, 
     kubeconfig = planes.kubeconfig(TENANT)
     kubectl = [str(binaries.path("kubectl")), f"--kubeconfig={kubeconfig}"]
     install_crd(kubectl, op.crds / "leaderworkerset.x-k8s.io_leaderworkersets.yaml", f"{PLURAL}.{GROUP}")
-    work = tmp_path_factory.mktemp("lws")
-    ca = certs.new_ca("lws-webhook-ca")
-    serving = certs.issue(ca, "127.0.0.1", ips=("127.0.0.1",), server=True)
-    (work / "certs").mkdir()
-    (work / "certs" / "tls.crt").write_bytes(certs.cert_pem(serving.cert))
-    (work / "certs" / "tls.key").write_bytes(certs.key_pem(serving.key))
-    port = free_port()
-    config = work / "config.yaml"
-    config.write_text(yaml.safe_dump({
-        "apiVersion": "config.lws.x-k8s.io/v1alpha1", "kind": "Configuration",
-        "internalCertManagement": {"enable": False}, "leaderElection": {"leaderElect": False},
-        "gangSchedulingManagement": {"schedulerProvider": "volcano"},
-        "webhook": {"port": port, "host": "127.0.0.1", "certDir": str(work / "certs")},
-        "metrics": {"bindAddress": "0"}, "health": {"healthProbeBindAddress": "0"}}))
-    log_path = work / "controller.log"
-    with logged_process([str(op.binary), f"--config={config}"], {**os.environ, "KUBECONFIG": str(kubeconfig)},
-                        log_path) as proc:
-        wait_sync(lambda: b"Starting workers" in log_path.read_bytes() or proc.poll() is not None, 90,
-                  f"the LeaderWorkerSet controller to start (log: {log_path})")
-        assert proc.poll() is None, log_path.read_text()[-3000:]
-        manifests = yaml.safe_dump_all(webhook_configurations(port, certs.cert_pem(ca.cert)))
-        subprocess.run([*kubectl, "apply", "-f", "-"], input=manifests.encode(), check=True, capture_output=True)
-        try:
-            yield proc
-        finally:  # its pod webhooks would refuse LWS pods once nobody serves them
-            subprocess.run([*kubectl, "delete", "mutatingwebhookconfiguration", WEBHOOKS[0], "--ignore-not-found"],
-                           check=False, capture_output=True)
-            subprocess.run([*kubectl, "delete", "validatingwebhookconfiguration", WEBHOOKS[1],
-                            "--ignore-not-found"], check=False, capture_output=True)
+    with controller_with_webhooks(op.binary, "config.lws.x-k8s.io/v1alpha1",
+                                  {"gangSchedulingManagement": {"schedulerProvider": "volcano"}}, kubeconfig,
+                                  kubectl, tmp_path_factory.mktemp("lws"), webhook_configurations) as proc:
+        yield proc
 
 
 def leader_worker_set(name: str, size: int) -> dict[str, Any]:
@@ -139,10 +106,16 @@ async def _group(core: client.CoreV1Api, compute: client.ApiClient, ns: str,
     return out
 
 
-async def _no_groups(api: client.ApiClient, ns: str, lws: str) -> bool:
-    return not (await client.CustomObjectsApi(api).list_namespaced_custom_object(
+async def _groups_of(api: client.ApiClient, ns: str, lws: str,
+                     leader_uid: str) -> tuple[list[dict[str, Any]]] | None:
+    """The set's PodGroups (in a tuple: none is an answer too), once every one left is owned by the leader
+    of ``leader_uid`` (none at all, or the one LWS made for that leader)."""
+    groups = (await client.CustomObjectsApi(api).list_namespaced_custom_object(
         "scheduling.volcano.sh", "v1beta1", ns, "podgroups",
         label_selector=f"leaderworkerset.sigs.k8s.io/name={lws}"))["items"]
+    owners = {o["uid"] for g in groups for o in g["metadata"].get("ownerReferences") or []}
+    return (groups,) if owners <= {leader_uid} and not any(g["metadata"].get("deletionTimestamp") for g in groups) \
+        else None
 
 
 async def _running_gang(api: client.ApiClient, ns: str, lws: str) -> dict[str, Any] | None:
@@ -187,10 +160,15 @@ async def test_a_leader_worker_groups_worker_finds_its_leader_and_the_group_is_r
     new_leader, new_worker = group["llm-0"][1], group["llm-0-1"][1]
     assert new_leader.metadata.labels.get(POD_GROUP_LABEL) == new_worker.metadata.labels.get(POD_GROUP_LABEL) \
         is not None, "the new group runs as one gang"
-    # LWS found the old group's PodGroup (owned by the old leader) still there and kept it; the tenant's
-    # garbage collector removes it later. Running pods whose PodGroup goes are left alone.
-    await eventually(lambda: _no_groups(tenant_api, tenant_ns, "llm"), timeout=120,
-                     what="the old leader's PodGroup collected by the tenant's garbage collector")
+    # Which PodGroup the new group has is a race of LWS's: when the new leader finds the old group's PodGroup
+    # (owned by the old leader) not yet collected, LWS keeps it and the tenant's garbage collector removes
+    # it later, leaving none; otherwise LWS makes a new one. Either way the running group is left alone.
+    new_uid = group["llm-0"][0].metadata.uid
+    (groups,) = await eventually(lambda: _groups_of(tenant_api, tenant_ns, "llm", new_uid), timeout=120,
+                                 what="the old leader's PodGroup collected")
+    if groups:
+        await eventually(lambda: _running_gang(tenant_api, tenant_ns, "llm"), timeout=30,
+                         what="the new leader's PodGroup Running")
     still = await _group(core, compute_api, tenant_ns, names)
     assert still is not None and {n: p.metadata.uid for n, (p, _) in still.items()} == \
         {n: p.metadata.uid for n, (p, _) in group.items()}, "the running group undisturbed"
