@@ -49,7 +49,8 @@ async def api_endpoint(host: str, port: int) -> tuple[dict[str, Any], dict[str, 
         log.warning("kubernetes.default.svc stays the compute cluster's: the tenant API's host does not resolve",
                     host=host, error=str(exc))
         return None
-    address = str(found[0][4][0])
+    # an IPv4 address first: a compute Service is single-stack IPv4 unless its cluster is set up otherwise
+    address = str(min(found, key=lambda info: info[0] != socket.AF_INET)[4][0])
     made = api_service(address, port)
     if made is None:
         log.info("kubernetes.default.svc stays the compute cluster's: an EndpointSlice cannot hold the tenant "

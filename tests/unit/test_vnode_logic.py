@@ -6,6 +6,7 @@ import asyncio
 import copy
 import dataclasses
 import re
+import socket
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from ferry.keys import PREFIX
 from ferry.kube.workqueue import WorkQueue
 from vnode import naming, status, streams
+from vnode.app import api_endpoint
 from vnode.gangs import VOLCANO_PHASE, InvalidGroup, depends_on, members_status, min_resources, min_task_member
 from vnode.node import Outage, capacity, forbidden
 from vnode.translate import (
@@ -652,3 +654,19 @@ def test_the_tenant_api_as_a_service_copy_needs_an_address_a_slice_may_hold() ->
     assert es["endpoints"][0]["addresses"] == ["10.1.2.3"] and es["ports"][0]["port"] == 6443
     v6 = api_service("fd00::2", 443)
     assert v6 is not None and v6[1]["addressType"] == "IPv6"
+
+
+async def test_the_tenant_api_host_is_looked_up_once_an_ipv4_address_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A name (kind's `<cluster>-control-plane`) that resolves to both families gives the IPv4 address (a
+    compute Service is single-stack IPv4 unless set up otherwise); one that does not resolve gives no copy."""
+    def resolves(host: str, port: int, *args: Any, **kwargs: Any) -> list[Any]:
+        if host != "tenant-control-plane":
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("fd00::9", port, 0, 0)),
+                (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("172.18.0.3", port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolves)
+    made = await api_endpoint("tenant-control-plane", 6443)
+    assert made is not None and made[1]["endpoints"][0]["addresses"] == ["172.18.0.3"]
+    assert made[1]["addressType"] == "IPv4"
+    assert await api_endpoint("nowhere", 6443) is None
