@@ -102,11 +102,17 @@ async def test_an_mpijob_runs_its_launcher_job_and_workers_as_one_gang_and_succe
     by_name = {p.metadata.annotations[UPSTREAM_NAME_ANNOTATION]: p for p in pods}
     assert [h.split(".")[0] for h in hosts] == ["pi-worker-0", "pi-worker-1"], hosts
 
-    async def resolved() -> list[tuple[str, list[str] | None]] | None:
-        got = [(h, await resolve(peer_dns, by_name["pi-worker-0"], h)) for h in hosts]
-        return got if all(ips == [by_name[h.split(".")[0]].status.pod_ip] for h, ips in got) else None
+    answers: list[tuple[str, list[str] | None]] = []
 
-    await eventually(resolved, timeout=10, what="the hostfile's names resolved to the workers' compute pods")
+    async def resolved() -> list[tuple[str, list[str] | None]] | None:
+        answers[:] = [(h, await resolve(peer_dns, by_name["pi-worker-0"], h)) for h in hosts]
+        return answers if all(ips == [by_name[h.split(".")[0]].status.pod_ip] for h, ips in answers) else None
+
+    try:
+        await eventually(resolved, timeout=30, what="the hostfile's names resolved to the workers' compute pods")
+    except AssertionError as exc:  # say what was answered, and for which pods
+        pods_seen = [(n, p.status.pod_ip, p.status.phase) for n, p in by_name.items()]
+        raise AssertionError(f"{exc}; answers {answers}; pods {pods_seen}") from None
 
     async def succeeded() -> bool:
         job = await jobs.get_namespaced_custom_object("kubeflow.org", "v2beta1", tenant2_ns, "mpijobs", "pi")
