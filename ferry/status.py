@@ -15,7 +15,8 @@ QUEUE_COLUMNS = ("NAME", "GUARANTEED", "MAX", "ALLOCATED", "BORROWED", "LENT", "
 # RECENT-GPU-H: the usage fair-over-time orders borrowers by (GPU-hours decayed with its half-life), as of
 # the scheduler's last record of it
 WIDE_QUEUE_COLUMNS = (*QUEUE_COLUMNS, "WEIGHT", "RECENT-GPU-H", "NAMESPACES")
-NODE_COLUMNS = ("NODE", "TENANT", "GPUS", "GPUS-IN-USE", "RUNNING", "PENDING", "COMPUTE-REACHABLE")
+NODE_COLUMNS = ("NODE", "TENANT", "GPUS", "GPUS-IN-USE", "RUNNING", "PENDING", "COMPUTE-REACHABLE",
+                "TENANT-ACCESS")
 
 
 def _gpu(section: Obj | None) -> str:
@@ -84,14 +85,15 @@ def node_rows(nodes: list[Obj], pods: list[Obj]) -> list[Obj]:
         name = n["metadata"]["name"]
         mine = [p for p in pods if p.get("spec", {}).get("nodeName") == name
                 and p.get("status", {}).get("phase") in ("Pending", "Running")]
-        cond: Obj = next((c for c in n.get("status", {}).get("conditions") or []
-                     if c.get("type") == "ComputeClusterReachable"), {})
+        conds = {c.get("type"): c for c in n.get("status", {}).get("conditions") or []}
         rows.append({"NODE": name, "TENANT": n["metadata"].get("labels", {}).get("kubeferry.io/tenant", "-"),
                      "GPUS": (n.get("status", {}).get("allocatable") or {}).get(GPU, "0"),
                      "GPUS-IN-USE": f"{sum(gpus_of(p) for p in mine):g}",
                      "RUNNING": sum(1 for p in mine if p["status"]["phase"] == "Running"),
                      "PENDING": sum(1 for p in mine if p["status"]["phase"] == "Pending"),
-                     "COMPUTE-REACHABLE": cond.get("status", "Unknown")})
+                     "COMPUTE-REACHABLE": conds.get("ComputeClusterReachable", {}).get("status", "Unknown"),
+                     # the vnode's own rights here (its RBAC): False says why on the Node
+                     "TENANT-ACCESS": conds.get("TenantClusterAccess", {}).get("status", "Unknown")})
     return rows
 
 

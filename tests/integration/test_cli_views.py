@@ -62,7 +62,7 @@ async def test_status_shows_queue_use_equal_to_a_recount_and_the_virtual_node(
     (row,) = json.loads(res.stdout)["virtualNodes"]
     node = await core.read_node("ferry-tenant-1")
     assert row["NODE"] == "ferry-tenant-1" and row["GPUS"] == node.status.allocatable["nvidia.com/gpu"]
-    assert float(row["GPUS-IN-USE"]) >= 2 and row["COMPUTE-REACHABLE"] == "True"
+    assert float(row["GPUS-IN-USE"]) >= 2 and row["COMPUTE-REACHABLE"] == "True" and row["TENANT-ACCESS"] == "True"
 
 
 async def test_why_pending_from_a_tenant_cluster(planes: ControlPlanes, tenant_api: client.ApiClient,
