@@ -183,7 +183,7 @@ def followed(meta: Obj) -> tuple[dict[str, str], dict[str, str]]:
     files). Kube-Ferry's keys are read once, at creation, as a pod's resources are: a running pod does not
     change what it was scheduled as."""
     def own(items: dict[str, str] | None) -> dict[str, str]:
-        return {k: v for k, v in (items or {}).items() if not k.startswith(PREFIX) and k not in DROPPED_ANNOTATIONS}
+        return {k: v for k, v in _kept(items).items() if not k.startswith(PREFIX)}  # not even PASS_THROUGH's
     return own(meta.get("labels")), own(meta.get("annotations"))
 
 
