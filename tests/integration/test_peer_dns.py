@@ -5,7 +5,6 @@ tenant cluster gives them, and a tenant finds only its own pods."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 import urllib.request
 from collections.abc import Awaitable
@@ -16,6 +15,7 @@ from dnslib import QTYPE, RCODE, DNSRecord
 from kubernetes_asyncio import client
 
 from ferry.cluster.planes import ControlPlanes
+from ferry.cluster.ports import PortAllocator
 from ferry.cluster.process import Component
 from tests.helpers import api_client, ask, closed_port, compute_copies, eventually, resolve, swapped
 from vnode import naming
@@ -362,12 +362,11 @@ async def _gone(core: client.CoreV1Api, name: str) -> bool:
 
 async def test_ferry_dns_serves_once_synced_and_relays_what_it_does_not_know(planes: ControlPlanes) -> None:
     """The command as a Deployment runs it: ready only after its informer synced, then serving UDP."""
-    ports = []
-    for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
-        with socket.socket(socket.AF_INET, kind) as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
-    dns_port, metrics_port = ports
+    # outside the ephemeral range: `ferry dns` listens on UDP and TCP at dns_port, and an ephemeral number
+    # free for UDP could be an outgoing TCP connection's (the process then exits after it turned ready)
+    ports = PortAllocator()
+    dns_port, metrics_port = ports.take("ferry dns"), ports.take("its metrics")
+    ports.release()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "ferry", "dns", f"--compute-kubeconfig={planes.kubeconfig('compute')}",
         f"--listen=127.0.0.1:{dns_port}", f"--upstream=127.0.0.1:{closed_port()}",
