@@ -332,7 +332,9 @@ async def main(cfg: VnodeConfig) -> None:
                                                 cfg.metrics_port)]
     if cfg.serving_cert and cfg.serving_key:
         api = KubeletAPI(cfg.node, cfg.tenant, cfg.namespace, tenant, compute,
-                         lambda k: vnode.caches.tenant_pods.store.get(k))
+                         lambda k: vnode.caches.tenant_pods.store.get(k),
+                         lambda k: vnode.caches.compute_pods.store.get(k),
+                         naming.owned_selector(vnode.b.tenant, cfg.node))
         runner = web.AppRunner(api.app(), access_log=None)
         await runner.setup()
         await web.TCPSite(runner, cfg.node_ip, cfg.kubelet_port,

@@ -1,10 +1,12 @@
 """The kubelet API of the virtual node (TLS): ``/containerLogs`` streamed from the compute cluster;
-``/exec``, ``/attach`` and ``/portForward`` relayed to the compute pod (:mod:`vnode.streams`).
+``/exec``, ``/attach`` and ``/portForward`` relayed to the compute pod (:mod:`vnode.streams`);
+``/metrics/resource``, its pods' usage from the compute cluster's metrics API (:mod:`vnode.usage`), what
+a tenant's metrics-server scrapes for ``kubectl top``.
 
 Callers are authenticated like a kubelet does it (a client certificate from the tenant cluster's CA,
 else a bearer token checked by TokenReview) and authorised by SubjectAccessReview on
 ``nodes/proxy`` (``nodes/log`` style paths map to it on real kubelets too; the verb follows the HTTP
-method: ``create`` for POST, as a kubelet does). Log bytes are relayed
+method: ``create`` for POST, as a kubelet does), ``/metrics/*`` on ``nodes/metrics``. Log bytes are relayed
 chunk by chunk; ``await write`` is the backpressure, so a slow reader never buffers a whole log.
 """
 
@@ -18,8 +20,8 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from ferry.kube.rest import Rest, path, status_of
-from vnode import metrics, naming, streams
+from ferry.kube.rest import Rest, message_of, path, status_of
+from vnode import metrics, naming, streams, usage
 
 Obj = dict[str, Any]
 LOG_PARAMS = ("follow", "tailLines", "sinceSeconds", "sinceTime", "timestamps", "previous", "limitBytes")
@@ -48,18 +50,23 @@ def _subject(cert: dict[str, Any]) -> tuple[str, list[str]]:
 
 class KubeletAPI:
     def __init__(self, node: str, tenant_name: str, compute_ns: str, tenant: Rest, compute: Rest,
-                 tenant_pod: Callable[[str], Obj | None]) -> None:
+                 tenant_pod: Callable[[str], Obj | None], compute_pod: Callable[[str], Obj | None] = lambda _: None,
+                 copies_selector: str = "") -> None:
         self.node = node
         self.tenant_name = tenant_name
         self.compute_ns = compute_ns
         self.tenant = tenant
         self.compute = compute
         self.tenant_pod = tenant_pod
+        self.compute_pod = compute_pod
+        self.copies_selector = copies_selector
+        self.usage = usage.Usage()
 
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", self._logs)
+        app.router.add_get("/metrics/resource", self._resource_metrics)
         for kind in ("exec", "attach"):
             for tail in ("{container}", "{uid}/{container}"):
                 for method in ("GET", "POST"):
@@ -88,11 +95,11 @@ class KubeletAPI:
             return None
         return st["user"].get("username", ""), list(st["user"].get("groups") or [])
 
-    async def _allowed(self, user: str, groups: list[str], verb: str) -> bool:
+    async def _allowed(self, user: str, groups: list[str], verb: str, subresource: str = "proxy") -> bool:
         review = await self.tenant.create(path("authorization.k8s.io", "v1", "subjectaccessreviews"), {
             "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
             "spec": {"user": user, "groups": groups, "resourceAttributes": {
-                "verb": verb, "resource": "nodes", "subresource": "proxy", "name": self.node}}})
+                "verb": verb, "resource": "nodes", "subresource": subresource, "name": self.node}}})
         return bool(review.get("status", {}).get("allowed"))
 
     async def _refusal(self, request: web.Request) -> web.Response | None:
@@ -112,6 +119,41 @@ class KubeletAPI:
         if uid and uid != pod["metadata"].get("uid"):
             return web.Response(status=404, text=f"pod {ns}/{name} with UID {uid} is not on node {self.node}")
         return None
+
+    async def _resource_metrics(self, request: web.Request) -> web.Response:
+        """The usage of this node's pods under their tenant names; 502 with the compute cluster's answer when
+        its metrics API cannot be read (no metrics-server there, or no right to read it)."""
+        who = await self._who(request)
+        if who is None:
+            return web.Response(status=401, text="Unauthorized")
+        if not await self._allowed(*who, "get", "metrics"):
+            return web.Response(status=403, text=f"Forbidden (user={who[0]}, verb=get, resource=nodes, "
+                                                 f"subresource=metrics)")
+        try:
+            listed = await self.compute.get(path("metrics.k8s.io", "v1beta1", "pods", self.compute_ns),
+                                            labelSelector=self.copies_selector)
+        except Exception as exc:  # any failure of the compute side is the scraper's 502
+            said = message_of(exc)[:300]
+            log.warning("resource metrics: the compute cluster's metrics API did not answer", status=status_of(exc),
+                        error=said)
+            return web.Response(status=502, text=f"compute cluster's metrics.k8s.io: {said}")
+        samples: list[usage.Sample] = []
+        for item in listed.get("items") or []:
+            copy = self.compute_pod(f"{self.compute_ns}/{item['metadata']['name']}")
+            if copy is None:
+                continue
+            meta = copy["metadata"]
+            ns = (meta.get("labels") or {}).get(naming.UPSTREAM_NS_LABEL, "")
+            name = (meta.get("annotations") or {}).get(naming.UPSTREAM_NAME_ANNOTATION, "")
+            pod = self.tenant_pod(f"{ns}/{name}")
+            if pod is None or pod.get("spec", {}).get("nodeName") != self.node:
+                continue
+            started = {cs["name"]: usage.parse_time(((cs.get("state") or {}).get("running") or {}).get("startedAt"))
+                       for cs in (copy.get("status") or {}).get("containerStatuses") or []}
+            samples += usage.samples_of(item, ns, name, [c["name"] for c in pod["spec"].get("containers") or []],
+                                        started)
+        self.usage.observe(samples)
+        return web.Response(text=self.usage.render(), content_type="text/plain")
 
     async def _stream(self, request: web.Request) -> web.StreamResponse:
         if (refused := await self._refusal(request)) is not None:

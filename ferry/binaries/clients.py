@@ -1,7 +1,7 @@
-"""Build and cache the unmodified tenant-side clients Kube-Ferry is checked with: Kubeflow's Training
-Operator and MPI Operator, KubeRay's operator, the JobSet and LeaderWorkerSet controllers and Volcano's job
-controller (with its admission webhooks), each from its Go module as its own repository builds it, with the
-CRDs its release installs.
+"""Build and cache the unmodified clients Kube-Ferry is checked with: Kubeflow's Training Operator and MPI
+Operator, KubeRay's operator, the JobSet and LeaderWorkerSet controllers, Volcano's job controller (with
+its admission webhooks) and metrics-server, each from its Go module as its own repository builds it, with
+the CRDs its release installs.
 
 Nothing of it is kept in this repository; the build is cached next to the control-plane binaries.
 """
@@ -26,7 +26,7 @@ class OperatorSource:
     version: str
     name: str  # the binary's
     package: str  # its main package, relative to the module
-    crds: str  # the folder of the CRDs its release installs
+    crds: str  # the folder of the CRDs its release installs ("" for none)
     flag: str  # a flag its --help names: the build runs and is the one expected
     also: tuple[tuple[str, str], ...] = ()  # further binaries its release runs beside it: (name, main package)
 
@@ -42,6 +42,10 @@ JOBSET = OperatorSource("JobSet controller", "sigs.k8s.io/jobset", "v0.11.0", "j
                         "config/components/crd/bases", "kube-api-qps")
 LEADER_WORKER_SET = OperatorSource("LeaderWorkerSet controller", "sigs.k8s.io/lws", "v0.7.0", "lws", "./cmd",
                                    "config/crd/bases", "kube-api-qps")
+# What `kubectl top` reads: an aggregated API (metrics.k8s.io) over the kubelets' /metrics/resource; the
+# tenant's scrapes the virtual node, which serves its pods' usage from the compute cluster's.
+METRICS_SERVER = OperatorSource("metrics-server", "sigs.k8s.io/metrics-server", "v0.8.0", "metrics-server",
+                                "./cmd/metrics-server", "", "kubelet-use-node-status-port")
 # Volcano's job controller and webhooks from v1.10.0, the newest release served here that builds from its module
 # alone (from v1.14 on, volcano.sh/apis is replaced by a folder no module zip holds, which is why the Volcano
 # scheduler peer of the benchmarks needs a git mirror). The tenant's vcjob API is the same batch/v1alpha1.
@@ -73,7 +77,8 @@ def ensure_operator(source: OperatorSource, progress: Progress = _print_progress
     def make(src: Path, out: Path, _: dict[str, object]) -> None:
         for name, package in ((source.name, source.package), *source.also):
             _build_one(name, src, package, out / name, progress)
-        shutil.copytree(src / source.crds, out / "crds")
+        if source.crds:
+            shutil.copytree(src / source.crds, out / "crds")
         res = subprocess.run([str(out / source.name), "--help"], capture_output=True, text=True, timeout=60,
                              check=False)
         if source.flag not in res.stdout + res.stderr:

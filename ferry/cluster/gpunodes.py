@@ -10,6 +10,7 @@ MODEL_LABEL = "kubeferry.io/gpu-model"
 DOMAIN_LABEL = "kubeferry.io/topology-domain"
 TOPOLOGY_ANNOTATION = "kubeferry.io/gpu-topology"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+METRICS_PATH_ANNOTATION = "metrics.k8s.io/resource-metrics-path"  # where kwok serves a node's /metrics/resource
 NODES_PER_DOMAIN = 8
 
 
@@ -45,6 +46,7 @@ def gpu_node(index: int, gpus: int, model: str = "A100-SXM4-80GB", prefix: str =
             },
             "annotations": {
                 KWOK_ANNOTATION: "fake",
+                METRICS_PATH_ANNOTATION: f"/metrics/nodes/{name}/metrics/resource",
                 "node.alpha.kubernetes.io/ttl": "0",
                 TOPOLOGY_ANNOTATION: json.dumps(topology, separators=(",", ":")),
             },

@@ -145,6 +145,10 @@ class ControlPlanes:
         )
         ca.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client", orgs=("system:masters",), client=True)
         admin = ca.issue("admin", "kubernetes-admin", orgs=("system:masters",), client=True)
+        # The aggregation layer (metrics.k8s.io for `kubectl top`): the apiserver proxies to an extension
+        # apiserver with a client certificate of its own CA, which the extension trusts to name the user.
+        front = pki.CertificateAuthority(folder / "front-proxy", f"kube-ferry-{name}-front-proxy-ca")
+        front.issue("front-proxy-client", "front-proxy-client", client=True)
         kcm = ca.issue("controller-manager", "system:kube-controller-manager", client=True)
         pki.service_account_keys(folder)
         server = f"https://127.0.0.1:{port}"
@@ -227,6 +231,12 @@ class ControlPlanes:
                 "--profiling=false",
                 f"--cert-dir={self.dir / info.name / 'certs'}",
                 "--max-requests-inflight=1000", "--max-mutating-requests-inflight=500",
+                f"--requestheader-client-ca-file={p / 'front-proxy' / 'ca.crt'}",
+                "--requestheader-allowed-names=front-proxy-client",
+                "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={p / 'front-proxy' / 'front-proxy-client.crt'}",
+                f"--proxy-client-key-file={p / 'front-proxy' / 'front-proxy-client.key'}",
             ],
             log=self._log(f"{info.name}-apiserver"),
             probe=https_probe(f"{info.server}/readyz", p / "ca.crt", p / "admin.crt", p / "admin.key"),
@@ -302,7 +312,9 @@ class ControlPlanes:
                 "  enableDebuggingHandlers: true\n"
                 "  podPlayStageParallelism: 32\n  nodePlayStageParallelism: 4\n  nodeLeaseParallelism: 8\n"
                 "  podsOnNodeSyncParallelism: 2\n")
-        stages.write_text(resources.files("ferry.cluster").joinpath("stages/kwok-stages.yaml").read_text() + logs)
+        config = resources.files("ferry.cluster")
+        stages.write_text(config.joinpath("stages/kwok-stages.yaml").read_text()
+                          + config.joinpath("stages/kwok-metrics.yaml").read_text() + logs)
         p = info.pki
         return ComponentSpec(
             name=f"{info.name}-kwok",
