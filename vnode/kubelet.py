@@ -61,6 +61,7 @@ class KubeletAPI:
         self.compute_pod = compute_pod
         self.copies_selector = copies_selector
         self.usage = usage.Usage()
+        self._usage_failing = False
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -133,10 +134,17 @@ class KubeletAPI:
             listed = await self.compute.get(path("metrics.k8s.io", "v1beta1", "pods", self.compute_ns),
                                             labelSelector=self.copies_selector)
         except Exception as exc:  # any failure of the compute side is the scraper's 502
-            said = message_of(exc)[:300]
-            log.warning("resource metrics: the compute cluster's metrics API did not answer", status=status_of(exc),
-                        error=said)
+            status = status_of(exc)
+            said = ("not served there (is metrics-server installed in the compute cluster?)" if status == 404
+                    else message_of(exc)[:300])
+            if not self._usage_failing:  # once per outage: scrapers ask every few seconds
+                log.warning("resource metrics: the compute cluster's metrics API does not answer", status=status,
+                            error=said)
+            self._usage_failing = True
             return web.Response(status=502, text=f"compute cluster's metrics.k8s.io: {said}")
+        if self._usage_failing:
+            log.info("resource metrics: the compute cluster's metrics API answers again")
+            self._usage_failing = False
         samples: list[usage.Sample] = []
         for item in listed.get("items") or []:
             copy = self.compute_pod(f"{self.compute_ns}/{item['metadata']['name']}")

@@ -122,6 +122,21 @@ class _served:
         return out
 
 
+async def test_without_a_compute_metrics_api_the_vnode_answers_502_with_the_compute_clusters_reason(
+        planes: ControlPlanes, vnodes: dict[str, Component]) -> None:
+    """Before either metrics-server is installed (the first test here): what a tenant's metrics-server
+    would log, instead of an empty node."""
+    pki = planes.clusters[TENANT].pki
+    tls = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    tls.load_cert_chain(pki / "admin.crt", pki / "admin.key")
+    url = f"https://127.0.0.1:{vnodes[TENANT].spec.ports[0]}/metrics/resource"
+    async with aiohttp.ClientSession() as http, http.get(url, ssl=tls) as resp:
+        text = await resp.text()
+    assert resp.status == 502, text
+    assert text == "compute cluster's metrics.k8s.io: not served there (is metrics-server installed in the compute " \
+                   "cluster?)"
+
+
 async def _usage(rest: Rest, ns: str, pod: str, cpu_m: int) -> tuple[int, int] | None:
     """The pod's (CPU millicores, memory bytes) from the cluster's metrics API once its CPU is within 10 % of
     ``cpu_m``; None before (no API yet, no sample yet, or an older rate)."""
@@ -189,3 +204,38 @@ async def test_the_vnode_serves_resource_metrics_only_to_callers_allowed_nodes_m
             assert "subresource=metrics" in await resp.text()
         async with http.get(url, ssl=tls) as resp:
             assert resp.status == 401
+
+
+async def test_a_horizontal_pod_autoscaler_in_the_tenant_cluster_scales_on_what_its_pods_use(
+        planes: ControlPlanes, metrics_servers: dict[str, Path], tenant_api: client.ApiClient, tenant_ns: str) -> None:
+    """The tenant's own kube-controller-manager (its HPA controller, unmodified) reads the PodMetrics the vnode
+    serves: a Deployment whose pods use 250m of the 100m they request (250 %) is scaled from 1 to its maximum
+    of 3 against a 50 % target."""
+    template = tenant_pod("web", automountServiceAccountToken=False)
+    template["metadata"] = {"labels": {"app": "web"}, "annotations": {USAGE_CPU: "250m", USAGE_MEMORY: "64Mi"}}
+    template["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "100m"}}
+    await client.AppsV1Api(tenant_api).create_namespaced_deployment(tenant_ns, {
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}}, "template": template}})
+    await client.AutoscalingV2Api(tenant_api).create_namespaced_horizontal_pod_autoscaler(tenant_ns, {
+        "metadata": {"name": "web"},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                 "minReplicas": 1, "maxReplicas": 3,
+                 "metrics": [{"type": "Resource", "resource": {
+                     "name": "cpu", "target": {"type": "Utilization", "averageUtilization": 50}}}]}})
+
+    async def scaled() -> tuple[int, Any] | None:
+        hpa = await client.AutoscalingV2Api(tenant_api).read_namespaced_horizontal_pod_autoscaler("web", tenant_ns)
+        return (hpa.status.desired_replicas, hpa.status) if (hpa.status.desired_replicas or 0) == 3 else None
+
+    _, status = await eventually(scaled, timeout=150, interval=2,
+                                 what="the autoscaler asking for 3 replicas (its status says why not)")
+    (current,) = status.current_metrics
+    assert current.resource.current.average_utilization >= 200, current  # 250m of 100m, read through the vnode
+
+    async def running() -> int | None:
+        pods = (await client.CoreV1Api(tenant_api).list_namespaced_pod(tenant_ns, label_selector="app=web")).items
+        up = [p for p in pods if p.status.phase == "Running" and p.spec.node_name == f"ferry-{TENANT}"]
+        return len(up) if len(up) == 3 else None
+
+    await eventually(running, timeout=60, what="3 replicas Running on the virtual node")
