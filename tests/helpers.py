@@ -130,7 +130,7 @@ def url_webhook(port: int, ca: bytes, name: str, url_path: str, rule: dict[str, 
 @contextmanager
 def controller_with_webhooks(binary: Path, config_api: str, settings: dict[str, Any], kubeconfig: Path,
                              kubectl: list[str], work: Path, webhooks: Callable[[int, bytes], list[dict[str, Any]]],
-                             ) -> Iterator[subprocess.Popen[bytes]]:
+                             args: tuple[str, ...] = ()) -> Iterator[subprocess.Popen[bytes]]:
     """A controller-runtime controller (JobSet's, LeaderWorkerSet's) against ``kubeconfig``, configured by a
     ``config_api`` Configuration file (``settings`` added to it), its admission webhooks served by the
     process and called by URL with a certificate issued here (local planes have no cluster network, as
@@ -150,7 +150,7 @@ def controller_with_webhooks(binary: Path, config_api: str, settings: dict[str, 
         "metrics": {"bindAddress": "0"}, "health": {"healthProbeBindAddress": "0"}, **settings}))
     log_path = work / "controller.log"
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-    with logged_process([str(binary), f"--config={config}"], env, log_path) as proc:
+    with logged_process([str(binary), f"--config={config}", *args], env, log_path) as proc:
         wait_sync(lambda: b"Starting workers" in log_path.read_bytes() or proc.poll() is not None, 90,
                   f"{binary.name} to start (log: {log_path})")
         assert proc.poll() is None, log_path.read_text()[-3000:]

@@ -260,6 +260,7 @@ class Vnode:
             last_sweep = loop.time()
             try:
                 await self.binder.make_volcano_queue()
+                await self.binder.kueue_runs(fresh=True)
                 await self.pods.copies.sweep(self.cfg.gc_min_age_s)
                 for group in self.pods.gangs.stale_groups(self.cfg.gc_min_age_s):
                     await self.compute.delete(f"/apis/scheduling.kubeferry.io/v1alpha1/namespaces/"
@@ -341,7 +342,7 @@ async def main(cfg: VnodeConfig) -> None:
                           ssl_context=ssl_context(cfg.serving_cert, cfg.serving_key, cfg.client_ca)).start()
         runners.append(runner)
     log.info("vnode started", tenant=cfg.tenant, node=cfg.node, compute_namespace=cfg.namespace,
-             kueue_gates_lifted=KUEUE_WORKLOADS not in crds, tenant_gang_crds=sorted(crds))
+             kueue_served_at_start=KUEUE_WORKLOADS in crds, tenant_gang_crds=sorted(crds))
 
     async def cleanup() -> None:
         for r in runners:

@@ -24,6 +24,7 @@ from vnode.translate import KUEUE_GATES, gang_of
 Obj = dict[str, Any]
 log = structlog.get_logger("ferry.vnode.binder")
 VOLCANO_QUEUES = path("scheduling.volcano.sh", "v1beta1", "queues")
+KUEUE_API = "/apis/kueue.x-k8s.io"  # the group's discovery: served while Kueue's CRDs are installed
 # as Volcano's scheduler makes it (pkg/scheduler/cache: newDefaultQueue); its queue controller opens it
 VOLCANO_DEFAULT_QUEUE: Obj = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
                               "metadata": {"name": "default"}, "spec": {"reclaimable": True, "weight": 1}}
@@ -37,11 +38,28 @@ class Binder:
         self.tenant = tenant
         self.caches = caches
         self.gangs = gangs
-        self.kueue_present = kueue_present
+        self._kueue_served = kueue_present  # as last asked; see kueue_runs
         self.queue = WorkQueue("bind", max_delay=5.0)
         self.on_bound: Callable[[str, Obj], None] | None = None  # a pod this vnode just bound
         self.volcano_queue_made = "volcano" not in self.served  # nothing to make unless it plays Volcano's
         self._queue_refused = False
+
+    async def kueue_runs(self, fresh: bool = False) -> bool:
+        """Whether the tenant cluster serves Kueue's API. Kueue may be installed after the vnode started, and
+        lifting a gate Kueue owns would start a pod past the tenant's quota (Kueue then deletes it), so a
+        "no" is asked again before every lift. A "yes" is asked again at each sweep (``fresh``); once Kueue is
+        gone, the pods it left gated are the vnode's to lift."""
+        if self._kueue_served and not fresh:
+            return True
+        served = await self.tenant.get_or_none(KUEUE_API) is not None
+        if self._kueue_served and not served:
+            log.info("Kueue's API is gone: lifting the Kueue gates it left on pods of a scheduler served here")
+            for key, pod in self.caches.tenant_unbound.store.items():
+                gates = {g.get("name") for g in pod.get("spec", {}).get("schedulingGates") or []}
+                if gates and gates <= KUEUE_GATES and self.wants(pod):
+                    self.queue.add(f"pod/{key}")
+        self._kueue_served = served
+        return served
 
     async def make_volcano_queue(self) -> None:
         """Make Volcano's ``default`` Queue once the tenant serves Queues (Volcano may be installed after the
@@ -96,8 +114,10 @@ class Binder:
         meta = pod["metadata"]
         gates = [g.get("name") for g in pod.get("spec", {}).get("schedulingGates") or []]
         if gates:
-            if self.kueue_present or not set(gates) <= KUEUE_GATES:
+            if not set(gates) <= KUEUE_GATES:
                 return  # someone else's gate: the pod is not ready to be scheduled
+            if await self.kueue_runs():
+                return  # Kueue's to lift
             await self.tenant.patch(path("", "v1", "pods", meta["namespace"], meta["name"]),
                                     [{"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
                                      {"op": "replace", "path": "/spec/schedulingGates", "value": []}],

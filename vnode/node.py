@@ -22,6 +22,7 @@ from ferry.kube.rest import Rest, path, status_of
 from ferry.kube.timestamps import now
 from vnode.caches import Caches
 from vnode.events import Recorder
+from vnode.translate import node_labels
 
 Obj = dict[str, Any]
 TAINT = {"key": "virtual-kubelet.io/provider", "value": "kube-ferry", "effect": "NoSchedule"}
@@ -103,11 +104,7 @@ class VirtualNode:
     def _object(self) -> Obj:
         return {
             "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": self.name, "labels": {
-                "type": "virtual-kubelet", "kubernetes.io/role": "agent", "kubernetes.io/hostname": self.name,
-                "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-                "node.kubernetes.io/instance-type": "kube-ferry", "kubeferry.io/tenant": self.tenant_label,
-                "kubeferry.io/role": "virtual-node"}},
+            "metadata": {"name": self.name, "labels": node_labels(self.name, self.tenant_label)},
             "spec": {"taints": list(TAINTS)},
         }
 

@@ -49,6 +49,16 @@ class Bridge:
     tenant_api: tuple[str, int] | None = None  # the tenant apiserver as compute pods reach it; None: not given
 
 
+def node_labels(node: str, tenant: str) -> dict[str, str]:
+    """The virtual node's labels. They describe the virtual node, not a compute node: a tenant's selector
+    (or a Kueue ResourceFlavor's, injected into the pods it admits) picks the virtual node by them, so a
+    copy's nodeSelector drops them."""
+    return {"type": "virtual-kubelet", "kubernetes.io/role": "agent", "kubernetes.io/hostname": node,
+            "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+            "node.kubernetes.io/instance-type": "kube-ferry", PREFIX + "tenant": tenant,
+            PREFIX + "role": "virtual-node"}
+
+
 @dataclass(frozen=True)
 class GangRef:
     """A tenant pod's gang as its operator marked it."""
@@ -239,7 +249,9 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
     # What a kubelet would give it: its own name, as a DNS label (spec.hostname allows no dots).
     spec["hostname"] = spec.get("hostname") or name.split(".")[0][:63].rstrip("-") or "pod"
     if selector := spec.get("nodeSelector"):
-        spec["nodeSelector"] = {k: v for k, v in selector.items() if not NODE_SELECTOR_DROPPED.match(k)}
+        mine = node_labels(b.node, b.tenant)
+        spec["nodeSelector"] = {k: v for k, v in selector.items()
+                                if not NODE_SELECTOR_DROPPED.match(k) and mine.get(k) != v}
     if (aff := spec.get("affinity")) is not None:
         aff.pop("nodeAffinity", None)
     spec["tolerations"] = [t for t in spec.get("tolerations") or []

@@ -148,7 +148,10 @@ def test_compute_names_are_deterministic_collision_free_and_short() -> None:
 
 
 def test_translation_owns_the_pod_and_drops_what_a_tenant_must_not_choose() -> None:
+    # the virtual node's own labels (a Kueue ResourceFlavor's selector) chose the virtual node: no compute
+    # node has them
     pod = compute_pod(tenant_pod(nodeSelector={"kubernetes.io/hostname": "ferry-tenant-1",
+                                               "kubeferry.io/role": "virtual-node", "kubeferry.io/tenant": "tenant-1",
                                                "kubeferry.io/gpu-model": "A100"},
                                  tolerations=[{"key": "virtual-kubelet.io/provider", "operator": "Exists"},
                                               {"key": "team", "operator": "Exists"}]), B)

@@ -1,0 +1,232 @@
+"""An unmodified Kueue (v0.10.6, built from its Go module) in a tenant cluster, installed after the virtual
+node started (as an admin adds it to a running cluster): the tenant's own quota decides which of its jobs
+may start, and the admitted ones run through the virtual node.
+
+- Batch Jobs: Kueue suspends each Job of a LocalQueue until its ClusterQueue admits it, then lets it
+  go with its ResourceFlavor's node labels and tolerations (here: the virtual node's). With a quota of
+  one job's GPUs, the second Job gets no pod until the first ends, and both complete.
+- Plain pods (Kueue's pod integration): Kueue's webhook gates each pod (``kueue.x-k8s.io/admission``) and
+  lifts the gate on admission. For pods of a scheduler the vnode serves, the vnode binds them, and lifts
+  Kueue's gates only where no Kueue runs: it must see that Kueue runs now, though it did not when the vnode
+  started, or the second pod would start beside the first, past the tenant's quota.
+
+Kueue's admission webhooks are served by the process and called by URL (test_jobset.py's way); the pod and
+Job webhooks see only objects of a LocalQueue, so the other tests' pods never wait for them. Kueue's CRDs
+are removed after the module (the vnode lifts Kueue's gates where no Kueue runs: test_vnode.py)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from ferry.binaries import Binaries
+from ferry.binaries.clients import KUEUE, ensure_operator
+from ferry.cluster.planes import ControlPlanes
+from ferry.cluster.process import Component
+from tests.helpers import controller_with_webhooks, eventually, install_crd, url_webhook
+
+TENANT = "tenant-1"
+GROUP, VERSION = "kueue.x-k8s.io", "v1beta1"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+NODE = f"ferry-{TENANT}"
+TOLERATION = {"key": "virtual-kubelet.io/provider", "operator": "Exists", "effect": "NoSchedule"}
+WEBHOOKS = ("kueue-ferry-test-mutating", "kueue-ferry-test-validating")
+CLUSTER_QUEUE, FLAVOR = "ferry-test-gpus", "ferry-test-shared"
+
+
+def webhook_configurations(port: int, ca: bytes) -> list[dict[str, Any]]:
+    """The release's webhooks (config/components/webhook) for Jobs, pods and Kueue's own objects, by URL;
+    Jobs' and pods' only for objects of a LocalQueue."""
+    hook = partial(url_webhook, port, ca)
+    queued = {"matchExpressions": [{"key": QUEUE_LABEL, "operator": "Exists"}]}
+
+    def rule(group: str, resources: list[str], *operations: str) -> dict[str, Any]:
+        return {"apiGroups": [group], "apiVersions": ["v1" if group in ("", "batch") else VERSION],
+                "resources": resources, "operations": list(operations)}
+
+    mine = f"{GROUP.replace('.', '-')}-{VERSION}"
+    return [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+         "metadata": {"name": WEBHOOKS[0]},
+         "webhooks": [hook("mpod.kb.io", "/mutate--v1-pod", rule("", ["pods"], "CREATE"), queued),
+                      hook("mjob.kb.io", "/mutate-batch-v1-job", rule("batch", ["jobs"], "CREATE"), queued),
+                      *(hook(f"m{kind}.kb.io", f"/mutate-{mine}-{kind}", rule(GROUP, [f"{kind}s"], "CREATE"))
+                        for kind in ("clusterqueue", "resourceflavor", "workload"))]},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+         "metadata": {"name": WEBHOOKS[1]},
+         "webhooks": [hook("vpod.kb.io", "/validate--v1-pod", rule("", ["pods"], "CREATE", "UPDATE"), queued),
+                      hook("vjob.kb.io", "/validate-batch-v1-job", rule("batch", ["jobs"], "CREATE", "UPDATE"),
+                           queued),
+                      hook("vclusterqueue.kb.io", f"/validate-{mine}-clusterqueue",
+                           rule(GROUP, ["clusterqueues"], "CREATE", "UPDATE")),
+                      hook("vresourceflavor.kb.io", f"/validate-{mine}-resourceflavor",
+                           rule(GROUP, ["resourceflavors"], "CREATE", "UPDATE")),
+                      hook("vworkload.kb.io", f"/validate-{mine}-workload",
+                           rule(GROUP, ["workloads", "workloads/status"], "CREATE", "UPDATE"))]},
+    ]
+
+
+@pytest.fixture(scope="module")
+def kueue(planes: ControlPlanes, binaries: Binaries, vnodes: dict[str, Component],
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+    """Kueue's CRDs in tenant-1 and its controller running (batch Jobs and plain pods), a ResourceFlavor for
+    the virtual node and a ClusterQueue of 8 GPUs; yields the kubectl command for tenant-1."""
+    op = ensure_operator(KUEUE)
+    kubeconfig = planes.kubeconfig(TENANT)
+    kubectl = [str(binaries.path("kubectl")), f"--kubeconfig={kubeconfig}"]
+    crds = sorted(op.crds.glob("*.yaml"))
+    for crd in crds:
+        install_crd(kubectl, crd, crd.stem.split("_", 1)[1] + "." + GROUP)
+    subprocess.run([*kubectl, "create", "namespace", "kueue-system"], check=False, capture_output=True)
+    settings = {"namespace": "kueue-system", "manageJobsWithoutQueueName": False,
+                "integrations": {"frameworks": ["batch/job", "pod"]}}
+    try:
+        with controller_with_webhooks(op.binary, f"config.{GROUP}/{VERSION}", settings, kubeconfig, kubectl,
+                                      tmp_path_factory.mktemp("kueue"), webhook_configurations,
+                                      args=("--feature-gates=VisibilityOnDemand=false",)):
+            objects = [
+                {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceFlavor", "metadata": {"name": FLAVOR},
+                 "spec": {"nodeLabels": {"kubeferry.io/role": "virtual-node"}, "tolerations": [TOLERATION]}},
+                {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterQueue", "metadata": {"name": CLUSTER_QUEUE},
+                 "spec": {"namespaceSelector": {}, "resourceGroups": [{
+                     "coveredResources": ["nvidia.com/gpu"],
+                     "flavors": [{"name": FLAVOR, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 8}]}]}]}},
+            ]
+            subprocess.run([*kubectl, "apply", "-f", "-"], input=yaml.safe_dump_all(objects).encode(), check=True,
+                           capture_output=True)
+            yield kubectl
+    finally:
+        # Kueue's objects carry its finalizers, which nobody removes once it is stopped: the CRDs would never go.
+        for crd in crds:
+            plural = crd.stem.split("_", 1)[1] + "." + GROUP
+            listed = subprocess.run([*kubectl, "get", plural, "-A", "-o", "json"], capture_output=True, text=True,
+                                    check=False)
+            for item in (yaml.safe_load(listed.stdout) or {}).get("items", []) if listed.returncode == 0 else []:
+                meta = item["metadata"]
+                subprocess.run([*kubectl, "patch", plural, meta["name"], "--type=merge",
+                                "-p", '{"metadata":{"finalizers":null}}',
+                                *(["-n", meta["namespace"]] if meta.get("namespace") else [])],
+                               check=False, capture_output=True)
+        for crd in crds:
+            subprocess.run([*kubectl, "delete", "-f", str(crd), "--ignore-not-found", "--wait=true", "--timeout=60s"],
+                           check=False, capture_output=True)
+
+
+async def _state(api: client.ApiClient, ns: str) -> str:
+    """Where Kueue's objects and the pods stand, for a failure message."""
+    jobs = (await client.BatchV1Api(api).list_namespaced_job(ns)).items
+    pods = (await client.CoreV1Api(api).list_namespaced_pod(ns)).items
+    custom = client.CustomObjectsApi(api)
+    workloads = (await custom.list_namespaced_custom_object(GROUP, VERSION, ns, "workloads"))["items"]
+    cq = await custom.get_cluster_custom_object(GROUP, VERSION, "clusterqueues", CLUSTER_QUEUE)
+    lqs = (await custom.list_namespaced_custom_object(GROUP, VERSION, ns, "localqueues"))["items"]
+    events = (await client.CoreV1Api(api).list_namespaced_event(ns)).items
+
+    def conds(obj: dict[str, Any]) -> list[tuple[str, str, str]]:
+        return [(c["type"], c["status"], c.get("message", "")[:150])
+                for c in (obj.get("status") or {}).get("conditions") or []]
+
+    return (f"jobs {[(j.metadata.name, j.spec.suspend, j.status.active) for j in jobs]}; "
+            f"pods {[(p.metadata.name, p.status.phase, p.spec.node_name, p.spec.scheduling_gates) for p in pods]}; "
+            f"workloads {[(w['metadata']['name'], conds(w)) for w in workloads]}; cluster queue {conds(cq)}; "
+            f"local queues {[(q['metadata']['name'], conds(q)) for q in lqs]}; events "
+            f"{[(e.involved_object.name, e.reason, e.message[:200]) for e in events]}; pod conditions "
+            f"{[(p.metadata.name, [(c.type, c.status, c.reason) for c in p.status.conditions or []]) for p in pods]}")
+
+
+async def _local_queue(api: client.ApiClient, ns: str) -> None:
+    await client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, ns, "localqueues", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "LocalQueue", "metadata": {"name": "team"},
+        "spec": {"clusterQueue": CLUSTER_QUEUE}})
+
+
+def _container(gpus: int) -> dict[str, Any]:
+    return {"name": "main", "image": "trainer:1", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+
+
+def gpu_job(name: str, seconds: int) -> dict[str, Any]:
+    """A one-pod Job of 8 GPUs in LocalQueue ``team``, written with no toleration: the flavor brings it."""
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "labels": {QUEUE_LABEL: "team"}},
+            "spec": {"backoffLimit": 0, "template": {
+                "metadata": {"annotations": {"kubeferry.io/sim-duration": f"{seconds}s"}},
+                "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False,
+                         "containers": [_container(8)]}}}}
+
+
+def _finished(job: Any) -> datetime | None:
+    for c in job.status.conditions or []:
+        if c.type == "Complete" and c.status == "True":
+            return job.status.completion_time or c.last_transition_time  # type: ignore[no-any-return]
+    return None
+
+
+async def test_kueue_admits_a_tenants_jobs_by_its_quota_and_they_run_through_the_virtual_node(
+        kueue: list[str], tenant_api: client.ApiClient, tenant_ns: str) -> None:
+    await _local_queue(tenant_api, tenant_ns)
+    batch, core = client.BatchV1Api(tenant_api), client.CoreV1Api(tenant_api)
+    for name in ("first", "second"):
+        await batch.create_namespaced_job(tenant_ns, gpu_job(name, 10))
+
+    async def one_running() -> list[Any] | None:
+        pods = (await core.list_namespaced_pod(tenant_ns)).items
+        running = [p for p in pods if p.status.phase == "Running"]
+        return pods if len(running) == 1 and running[0].spec.node_name == NODE else None
+
+    try:
+        pods = await eventually(one_running, timeout=90, what="one admitted Job's pod Running on the virtual node")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; {await _state(tenant_api, tenant_ns)}") from None
+    (pod,) = pods  # the other Job has no pod: it waits in Kueue, suspended
+    assert pod.spec.node_selector == {"kubeferry.io/role": "virtual-node"}  # the flavor's
+    waiting = ({"first", "second"} - {pod.metadata.labels["job-name"]}).pop()
+    assert (await batch.read_namespaced_job(waiting, tenant_ns)).spec.suspend is True
+
+    async def both_complete() -> list[Any] | None:
+        jobs = [await batch.read_namespaced_job(n, tenant_ns) for n in ("first", "second")]
+        return jobs if all(_finished(j) for j in jobs) else None
+
+    jobs = await eventually(both_complete, timeout=120, interval=1, what="both Jobs Complete")
+    ran = sorted((j.status.start_time, _finished(j)) for j in jobs)
+    assert ran[1][0] >= ran[0][1].replace(microsecond=0), f"the Jobs ran at once, past the quota: {ran}"
+
+
+def gated_pod(name: str, seconds: int) -> dict[str, Any]:
+    """A plain pod of LocalQueue ``team`` for a scheduler the vnode serves (it binds such pods itself)."""
+    return {"metadata": {"name": name, "labels": {QUEUE_LABEL: "team"},
+                         "annotations": {"kubeferry.io/sim-duration": f"{seconds}s"}},
+            "spec": {"schedulerName": "kube-ferry", "restartPolicy": "Never", "tolerations": [TOLERATION],
+                     "automountServiceAccountToken": False, "containers": [_container(8)]}}
+
+
+async def test_kueues_gates_on_plain_pods_are_left_to_kueue_once_it_runs(
+        kueue: list[str], tenant_api: client.ApiClient, tenant_ns: str) -> None:
+    await _local_queue(tenant_api, tenant_ns)
+    core = client.CoreV1Api(tenant_api)
+    await core.create_namespaced_pod(tenant_ns, gated_pod("first", 15))
+    await core.create_namespaced_pod(tenant_ns, gated_pod("second", 5))
+
+    async def ended(name: str) -> Any | None:
+        try:
+            pod = await core.read_namespaced_pod(name, tenant_ns)
+        except ApiException as exc:
+            if exc.status == 404:  # what Kueue does to a pod that starts without its admission
+                raise AssertionError(f"pod {name} is gone: Kueue deleted it for running unadmitted, its gate "
+                                     "lifted by someone other than Kueue") from None
+            raise
+        return pod if pod.status.phase == "Succeeded" else None
+
+    pods = [await eventually(lambda n=n: ended(n), timeout=90, what=f"pod {n} Succeeded")  # type: ignore[misc]
+            for n in ("first", "second")]
+    assert {p.spec.node_name for p in pods} == {NODE}
+    ran = sorted((p.status.container_statuses[0].state.terminated.started_at,
+                  p.status.container_statuses[0].state.terminated.finished_at) for p in pods)
+    assert ran[1][0] >= ran[0][1], f"the pods ran at once, past the quota: {ran}: a Kueue gate was lifted by " \
+                                   "someone other than Kueue"
