@@ -489,6 +489,16 @@ async def test_a_team_borrows_its_departments_idle_guarantee_before_other_queues
         # two contenders for the last 2 GPUs, seen in one cycle: the node is cordoned while they arrive
         await core.patch_node(private_node, {"spec": {"unschedulable": True}})
         try:
+            # Node and pod events come by separate watches: the contenders arrive once a probe of the node is
+            # told that it is cordoned, so the scheduler has seen the cordon (else it may place the first).
+            await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
+                "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": "probe"},
+                "spec": {"minMember": 1, "queue": team}})
+            await core.create_namespaced_pod(compute_ns, pod("probe-0", compute_ns, gpus=2, group="probe"))
+            await eventually(lambda: _told(custom, compute_ns, "probe", "is cordoned"), timeout=30,
+                             what="a probe told the node is cordoned")
+            await core.delete_namespaced_pod("probe-0", compute_ns, grace_period_seconds=0)
+            await custom.delete_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", "probe")
             for name, q in (("other-more", other), ("team-more", team), ("other-later", other)):
                 await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
                     "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": name},
@@ -510,6 +520,11 @@ async def test_a_team_borrows_its_departments_idle_guarantee_before_other_queues
     finally:
         for name, _ in reversed(specs):  # children first: the webhook refuses a parent before them
             await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", name)
+
+
+async def _told(custom: client.CustomObjectsApi, ns: str, group: str, words: str) -> str | None:
+    reason = await _reason_of(custom, ns, group)
+    return reason if reason is not None and words in reason else None
 
 
 async def _reason_of(custom: client.CustomObjectsApi, ns: str, group: str) -> str | None:
