@@ -154,8 +154,9 @@ class KubeletAPI:
             ns = (meta.get("labels") or {}).get(naming.UPSTREAM_NS_LABEL, "")
             name = (meta.get("annotations") or {}).get(naming.UPSTREAM_NAME_ANNOTATION, "")
             pod = self.tenant_pod(f"{ns}/{name}")
-            if pod is None or pod.get("spec", {}).get("nodeName") != self.node:
-                continue
+            if pod is None or pod.get("spec", {}).get("nodeName") != self.node \
+                    or (meta.get("labels") or {}).get(naming.UPSTREAM_UID_LABEL) != pod["metadata"].get("uid"):
+                continue  # not this pod's copy: one of an earlier pod of the name, on its way out
             started = {cs["name"]: usage.parse_time(((cs.get("state") or {}).get("running") or {}).get("startedAt"))
                        for cs in (copy.get("status") or {}).get("containerStatuses") or []}
             samples += usage.samples_of(item, ns, name, [c["name"] for c in pod["spec"].get("containers") or []],

@@ -1,7 +1,7 @@
 """Build and cache the unmodified clients Kube-Ferry is checked with: Kubeflow's Training Operator and MPI
-Operator, KubeRay's operator, the JobSet and LeaderWorkerSet controllers, Volcano's job controller (with
-its admission webhooks) and metrics-server, each from its Go module as its own repository builds it, with
-the CRDs its release installs.
+Operator, KubeRay's operator, the JobSet and LeaderWorkerSet controllers, Kueue, Volcano's job controller
+(with its admission webhooks) and metrics-server, each from its Go module as its own repository builds it,
+with the CRDs its release installs.
 
 Nothing of it is kept in this repository; the build is cached next to the control-plane binaries.
 """

@@ -20,6 +20,7 @@ import subprocess
 from collections.abc import Iterator
 from datetime import datetime
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -84,7 +85,7 @@ def kueue(planes: ControlPlanes, binaries: Binaries, vnodes: dict[str, Component
     kubectl = [str(binaries.path("kubectl")), f"--kubeconfig={kubeconfig}"]
     crds = sorted(op.crds.glob("*.yaml"))
     for crd in crds:
-        install_crd(kubectl, crd, crd.stem.split("_", 1)[1] + "." + GROUP)
+        install_crd(kubectl, crd, _resource(crd))
     subprocess.run([*kubectl, "create", "namespace", "kueue-system"], check=False, capture_output=True)
     settings = {"namespace": "kueue-system", "manageJobsWithoutQueueName": False,
                 "integrations": {"frameworks": ["batch/job", "pod"]}}
@@ -106,7 +107,7 @@ def kueue(planes: ControlPlanes, binaries: Binaries, vnodes: dict[str, Component
     finally:
         # Kueue's objects carry its finalizers, which nobody removes once it is stopped: the CRDs would never go.
         for crd in crds:
-            plural = crd.stem.split("_", 1)[1] + "." + GROUP
+            plural = _resource(crd)
             listed = subprocess.run([*kubectl, "get", plural, "-A", "-o", "json"], capture_output=True, text=True,
                                     check=False)
             for item in (yaml.safe_load(listed.stdout) or {}).get("items", []) if listed.returncode == 0 else []:
@@ -118,6 +119,13 @@ def kueue(planes: ControlPlanes, binaries: Binaries, vnodes: dict[str, Component
         for crd in crds:
             subprocess.run([*kubectl, "delete", "-f", str(crd), "--ignore-not-found", "--wait=true", "--timeout=60s"],
                            check=False, capture_output=True)
+        subprocess.run([*kubectl, "delete", "namespace", "kueue-system", "--ignore-not-found", "--wait=false"],
+                       check=False, capture_output=True)
+
+
+def _resource(crd: Path) -> str:
+    """A CRD file's resource name, as the release names its files (``kueue.x-k8s.io_workloads.yaml``)."""
+    return crd.stem.split("_", 1)[1] + "." + GROUP
 
 
 async def _state(api: client.ApiClient, ns: str) -> str:
