@@ -55,8 +55,7 @@ class Binder:
         if self._kueue_served and not served:
             log.info("Kueue's API is gone: lifting the Kueue gates it left on pods of a scheduler served here")
             for key, pod in self.caches.tenant_unbound.store.items():
-                gates = {g.get("name") for g in pod.get("spec", {}).get("schedulingGates") or []}
-                if gates and gates <= KUEUE_GATES and self.wants(pod):
+                if (gates := _gates(pod)) and gates <= KUEUE_GATES and self.wants(pod):
                     self.queue.add(f"pod/{key}")
         self._kueue_served = served
         return served
@@ -112,9 +111,8 @@ class Binder:
         if pod is None or not self.wants(pod):
             return
         meta = pod["metadata"]
-        gates = [g.get("name") for g in pod.get("spec", {}).get("schedulingGates") or []]
-        if gates:
-            if not set(gates) <= KUEUE_GATES:
+        if gates := _gates(pod):
+            if not gates <= KUEUE_GATES:
                 return  # someone else's gate: the pod is not ready to be scheduled
             if await self.kueue_runs():
                 return  # Kueue's to lift
@@ -122,7 +120,7 @@ class Binder:
                                     [{"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
                                      {"op": "replace", "path": "/spec/schedulingGates", "value": []}],
                                     content_type="application/json-patch+json")
-            log.info("lifted Kueue scheduling gates", pod=rest, gates=gates)
+            log.info("lifted Kueue scheduling gates", pod=rest, gates=sorted(gates))
         binding = {"apiVersion": "v1", "kind": "Binding",
                    "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
                    "target": {"apiVersion": "v1", "kind": "Node", "name": self.node}}
@@ -140,3 +138,8 @@ class Binder:
         self.caches.tenant_pods.remember(bound)
         if self.on_bound is not None:
             self.on_bound("ASSUMED", self.caches.tenant_pods.store.get(rest, bound))
+
+
+def _gates(pod: Obj) -> set[str]:
+    """The names of a pod's scheduling gates."""
+    return {str(g.get("name")) for g in pod.get("spec", {}).get("schedulingGates") or []}

@@ -22,6 +22,7 @@ from aiohttp import web
 
 from ferry.kube.rest import Rest, message_of, path, status_of
 from vnode import metrics, naming, streams, usage
+from vnode.status import epoch
 
 Obj = dict[str, Any]
 LOG_PARAMS = ("follow", "tailLines", "sinceSeconds", "sinceTime", "timestamps", "previous", "limitBytes")
@@ -50,8 +51,8 @@ def _subject(cert: dict[str, Any]) -> tuple[str, list[str]]:
 
 class KubeletAPI:
     def __init__(self, node: str, tenant_name: str, compute_ns: str, tenant: Rest, compute: Rest,
-                 tenant_pod: Callable[[str], Obj | None], compute_pod: Callable[[str], Obj | None] = lambda _: None,
-                 copies_selector: str = "") -> None:
+                 tenant_pod: Callable[[str], Obj | None], compute_pod: Callable[[str], Obj | None],
+                 copies_selector: str) -> None:
         self.node = node
         self.tenant_name = tenant_name
         self.compute_ns = compute_ns
@@ -96,22 +97,28 @@ class KubeletAPI:
             return None
         return st["user"].get("username", ""), list(st["user"].get("groups") or [])
 
-    async def _allowed(self, user: str, groups: list[str], verb: str, subresource: str = "proxy") -> bool:
+    async def _allowed(self, user: str, groups: list[str], verb: str, subresource: str) -> bool:
         review = await self.tenant.create(path("authorization.k8s.io", "v1", "subjectaccessreviews"), {
             "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
             "spec": {"user": user, "groups": groups, "resourceAttributes": {
                 "verb": verb, "resource": "nodes", "subresource": subresource, "name": self.node}}})
         return bool(review.get("status", {}).get("allowed"))
 
-    async def _refusal(self, request: web.Request) -> web.Response | None:
-        """401 / 403 / 404 for a caller who may not reach this pod through this node, else None."""
+    async def _denied(self, request: web.Request, verb: str, subresource: str) -> web.Response | None:
+        """401 / 403 for a caller who may not ``verb`` this node's ``subresource``, else None."""
         who = await self._who(request)
         if who is None:
             return web.Response(status=401, text="Unauthorized")
-        verb = "create" if request.method == "POST" else "get"
-        if not await self._allowed(*who, verb):
+        if not await self._allowed(*who, verb, subresource):
             return web.Response(status=403, text=f"Forbidden (user={who[0]}, verb={verb}, resource=nodes, "
-                                                 f"subresource=proxy)")
+                                                 f"subresource={subresource})")
+        return None
+
+    async def _refusal(self, request: web.Request) -> web.Response | None:
+        """401 / 403 / 404 for a caller who may not reach this pod through this node, else None."""
+        verb = "create" if request.method == "POST" else "get"
+        if (denied := await self._denied(request, verb, "proxy")) is not None:
+            return denied
         ns, name = request.match_info["namespace"], request.match_info["pod"]
         pod = self.tenant_pod(f"{ns}/{name}")
         if pod is None or pod.get("spec", {}).get("nodeName") != self.node:
@@ -124,12 +131,8 @@ class KubeletAPI:
     async def _resource_metrics(self, request: web.Request) -> web.Response:
         """The usage of this node's pods under their tenant names; 502 with the compute cluster's answer when
         its metrics API cannot be read (no metrics-server there, or no right to read it)."""
-        who = await self._who(request)
-        if who is None:
-            return web.Response(status=401, text="Unauthorized")
-        if not await self._allowed(*who, "get", "metrics"):
-            return web.Response(status=403, text=f"Forbidden (user={who[0]}, verb=get, resource=nodes, "
-                                                 f"subresource=metrics)")
+        if (denied := await self._denied(request, "get", "metrics")) is not None:
+            return denied
         try:
             listed = await self.compute.get(path("metrics.k8s.io", "v1beta1", "pods", self.compute_ns),
                                             labelSelector=self.copies_selector)
@@ -157,7 +160,7 @@ class KubeletAPI:
             if pod is None or pod.get("spec", {}).get("nodeName") != self.node \
                     or (meta.get("labels") or {}).get(naming.UPSTREAM_UID_LABEL) != pod["metadata"].get("uid"):
                 continue  # not this pod's copy: one of an earlier pod of the name, on its way out
-            started = {cs["name"]: usage.parse_time(((cs.get("state") or {}).get("running") or {}).get("startedAt"))
+            started = {cs["name"]: epoch(((cs.get("state") or {}).get("running") or {}).get("startedAt"))
                        for cs in (copy.get("status") or {}).get("containerStatuses") or []}
             samples += usage.samples_of(item, ns, name, [c["name"] for c in pod["spec"].get("containers") or []],
                                         started)

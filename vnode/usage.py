@@ -14,9 +14,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from typing import Any
 
 from ferry.kube import quantity
+from vnode.status import epoch
 
 
 @dataclass(frozen=True)
@@ -41,13 +42,6 @@ class _Counter:
     memory_bytes: int
 
 
-def parse_time(text: str | None) -> float:
-    """An RFC 3339 time of the API ("2026-12-05T18:00:00Z") as Unix seconds; 0 when absent."""
-    if not text:
-        return 0.0
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
 def parse_duration(text: str | None) -> float:
     """A PodMetrics window ("10.5s", "1m0s", "500ms") in seconds; 0 when absent or not understood."""
     if not text:
@@ -70,15 +64,15 @@ def parse_duration(text: str | None) -> float:
     return total if not number else 0.0
 
 
-def samples_of(metrics: dict[str, object], namespace: str, pod: str, containers: Iterable[str],
+def samples_of(metrics: dict[str, Any], namespace: str, pod: str, containers: Iterable[str],
                started: dict[str, float]) -> list[Sample]:
     """The samples of one PodMetrics object for the tenant pod ``namespace/pod``: its containers among
     ``containers`` (what the compute side may have added is not the tenant's), with their start times."""
     want = set(containers)
-    at = parse_time(str(metrics.get("timestamp") or ""))
-    window = parse_duration(str(metrics.get("window") or ""))
+    at = epoch(metrics.get("timestamp"))
+    window = parse_duration(metrics.get("window"))
     out = []
-    for c in metrics.get("containers") or []:  # type: ignore[attr-defined]
+    for c in metrics.get("containers") or []:
         name = c.get("name", "")
         if name not in want:
             continue

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from vnode.usage import Sample, Usage, parse_duration, parse_time, samples_of
+from vnode.status import epoch
+from vnode.usage import Sample, Usage, parse_duration, samples_of
 
 T0 = 1_800_000_000.0
 
@@ -76,7 +77,7 @@ def test_a_podmetrics_object_gives_the_tenant_containers_only() -> None:
                 {"name": "istio-proxy", "usage": {"cpu": "12345678n", "memory": "40Ki"}}]}
     (s,) = samples_of(item, "team-a", "trainer-0", ["main"], {"main": T0})
     assert (s.cores, s.memory_bytes, s.window_s, s.started) == (0.25, 300 * 2**20, 10.5, T0)
-    assert s.at == parse_time("2027-01-15T08:00:00Z")
+    assert s.at == epoch("2027-01-15T08:00:00Z")
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("10s", 10.0), ("1m0s", 60.0), ("1.5s", 1.5), ("500ms", 0.5),
