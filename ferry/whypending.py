@@ -44,8 +44,9 @@ HINTS = (
                                       "recently borrow first: it starts when GPUs free up that they do not wait for"),
     ("holding node(s)", "it has waited long, so nodes are held for it: no new job starts there (short ones "
                         "on loan aside) and it starts once their running jobs finish"),
-    ("on the nodes it may use", "its node selector or GPU model leaves it few nodes, and they have too little "
-                                "free: it starts as those nodes free up, or sooner if it may use more nodes"),
+    ("on the nodes it may use", "its node selector, node affinity or GPU model leaves it few nodes, and they "
+                                "have too little free: it starts as those nodes free up, or sooner if it may use "
+                                "more nodes"),
     ("no running job may be preempted for it", "no running job may be taken for it now: the others run within "
                                                "their queues' guarantees or are protected for now (started or "
                                                "moved recently), or its queue may not reclaim: it starts as "

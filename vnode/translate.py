@@ -59,6 +59,33 @@ def node_labels(node: str, tenant: str) -> dict[str, str]:
             PREFIX + "role": "virtual-node"}
 
 
+def compute_node_affinity(affinity: Obj | None, mine: dict[str, str]) -> Obj | None:
+    """What of a tenant pod's node affinity its copy keeps (None: nothing). A requirement on the virtual
+    node (its own label keys, a kubelet's well-known labels, a node's name by ``matchFields``) was the
+    tenant scheduler's to check and was met by binding the pod here; the rest (a GPU model, a zone, labels
+    the compute cluster's admins publish) picks compute nodes. A required term left with nothing was met
+    by the virtual node alone: the terms are ORed, so the pod may then run on any compute node."""
+    if not affinity:
+        return None
+
+    def compute_term(term: Obj) -> Obj:
+        kept = [e for e in term.get("matchExpressions") or []
+                if not NODE_SELECTOR_DROPPED.match(str(e.get("key", ""))) and e.get("key") not in mine]
+        return {"matchExpressions": kept} if kept else {}
+
+    out: Obj = {}
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = [compute_term(t) for t in required.get("nodeSelectorTerms") or []]
+    if terms and all(terms):
+        out["requiredDuringSchedulingIgnoredDuringExecution"] = {"nodeSelectorTerms": terms}
+    preferred = [{**p, "preference": term}
+                 for p in affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+                 if (term := compute_term(p.get("preference") or {}))]
+    if preferred:
+        out["preferredDuringSchedulingIgnoredDuringExecution"] = preferred
+    return out or None
+
+
 @dataclass(frozen=True)
 class GangRef:
     """A tenant pod's gang as its operator marked it."""
@@ -248,12 +275,15 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
     spec["enableServiceLinks"] = False
     # What a kubelet would give it: its own name, as a DNS label (spec.hostname allows no dots).
     spec["hostname"] = spec.get("hostname") or name.split(".")[0][:63].rstrip("-") or "pod"
+    mine = node_labels(b.node, b.tenant)
     if selector := spec.get("nodeSelector"):
-        mine = node_labels(b.node, b.tenant)
         spec["nodeSelector"] = {k: v for k, v in selector.items()
                                 if not NODE_SELECTOR_DROPPED.match(k) and mine.get(k) != v}
     if (aff := spec.get("affinity")) is not None:
-        aff.pop("nodeAffinity", None)
+        if (kept := compute_node_affinity(aff.get("nodeAffinity"), mine)) is None:
+            aff.pop("nodeAffinity", None)
+        else:
+            aff["nodeAffinity"] = kept
     spec["tolerations"] = [t for t in spec.get("tolerations") or []
                            if not str(t.get("key", "")).startswith(("virtual-kubelet.io/", "node.kubernetes.io/"))]
     if b.dns_server and spec.get("dnsPolicy", "ClusterFirst") in ("ClusterFirst", "ClusterFirstWithHostNet"):

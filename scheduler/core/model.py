@@ -51,6 +51,58 @@ class OnReplicaFailure(StrEnum):
     IGNORE = "Ignore"
 
 
+class SelectorOp(StrEnum):
+    """The operators of a Kubernetes node selector requirement."""
+
+    IN = "In"
+    NOT_IN = "NotIn"
+    EXISTS = "Exists"
+    DOES_NOT_EXIST = "DoesNotExist"
+    GT = "Gt"
+    LT = "Lt"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRequirement:
+    """One requirement of a node-affinity term as Kubernetes states it. ``field``: a requirement on the node's
+    name (``matchFields`` on ``metadata.name``, the one field Kubernetes allows) rather than on a label."""
+
+    key: str
+    op: SelectorOp
+    values: tuple[str, ...] = ()
+    field: bool = False
+
+    def admits(self, node: Node) -> bool:
+        value = node.name if self.field else node.labels.get(self.key)
+        match self.op:
+            case SelectorOp.IN:
+                return value in self.values
+            case SelectorOp.NOT_IN:
+                return value not in self.values
+            case SelectorOp.EXISTS:
+                return value is not None
+            case SelectorOp.DOES_NOT_EXIST:
+                return value is None
+        # Gt / Lt: both sides whole numbers (Kubernetes' rule); a label that is not one matches neither
+        try:
+            have, bound = int(value or ""), int(self.values[0])
+        except (ValueError, IndexError):
+            return False
+        return have > bound if self.op is SelectorOp.GT else have < bound
+
+    def __str__(self) -> str:
+        values = f" ({', '.join(self.values)})" if self.values else ""
+        return f"{self.key} {self.op.value}{values}"
+
+
+AffinityTerms = tuple[tuple[NodeRequirement, ...], ...]  # ORed terms of ANDed requirements
+
+
+def describe_affinity(terms: AffinityTerms) -> str:
+    """Terms as a user reads them in a pending reason."""
+    return " or ".join(" and ".join(map(str, term)) or "(an empty term)" for term in terms)
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     """What one replica needs. ``gpus`` whole devices of ``gpu_milli`` each; a share is gpus=1, milli<1000."""
@@ -61,6 +113,7 @@ class Request:
     gpu_milli: int = GPU_MILLI
     models: frozenset[str] = frozenset()
     selector: frozenset[tuple[str, str]] = frozenset()  # node labels the replica requires
+    affinity: AffinityTerms = ()  # its required node affinity; none: any node
 
     def __post_init__(self) -> None:
         if self.cpu_milli < 0 or self.mem_mib < 0 or self.gpus < 0:
@@ -69,6 +122,17 @@ class Request:
             raise ValueError(f"gpu_milli must be in 1..{GPU_MILLI}, got {self.gpu_milli}")
         if self.gpus > 1 and self.gpu_milli != GPU_MILLI:
             raise ValueError("a share of a GPU (gpu_milli < 1000) is for one GPU only")
+
+    def admits(self, node: Node) -> bool:
+        """Whether the replica may run on ``node`` by what it states about nodes: its node selector and its
+        required node affinity (terms ORed, a term's requirements ANDed; an empty term matches no node)."""
+        return (all(node.labels.get(k) == v for k, v in self.selector)
+                and (not self.affinity or any(term and all(r.admits(node) for r in term) for term in self.affinity)))
+
+    @property
+    def selects(self) -> bool:
+        """Whether it states anything about nodes' labels (a selector or an affinity)."""
+        return bool(self.selector or self.affinity)
 
     @property
     def gpu_total(self) -> int:

@@ -172,14 +172,14 @@ class Placer:
         return 0
 
     def max_free_whole_for(self, req: Request) -> int:
-        """The most free whole GPUs on one schedulable node that ``req`` may use (its node selector and GPU
-        models): what a request bound to a few nodes waits for, not the whole cluster's largest block. A
-        walk over the nodes, so only for such a request; any other gets :meth:`max_free_whole`."""
-        if not req.selector and not req.models:
+        """The most free whole GPUs on one schedulable node that ``req`` may use (its node selector, node
+        affinity and GPU models): what a request bound to a few nodes waits for, not the whole cluster's
+        largest block. A walk over the nodes, so only for such a request; any other gets
+        :meth:`max_free_whole`."""
+        if not req.selects and not req.models:
             return self.max_free_whole()
         return max((n.free_whole for n in self.cluster.nodes.values()
-                    if n.schedulable and (not req.models or n.model in req.models)
-                    and all(n.labels.get(k) == v for k, v in req.selector)), default=0)
+                    if n.schedulable and (not req.models or n.model in req.models) and req.admits(n)), default=0)
 
     # ----------------------------------------------------------- accounting
     def bind(self, job: Job, replica: Replica, node_name: str, devices: tuple[int, ...], strict: bool = True) -> None:
@@ -252,7 +252,7 @@ class Placer:
             node.name not in excluded
             and node.free_mem >= req.mem_mib
             and node.pods < node.max_pods
-            and (not req.selector or all(node.labels.get(k) == v for k, v in req.selector))
+            and (not req.selects or req.admits(node))
         )
 
     @staticmethod

@@ -35,17 +35,20 @@ from ferry.kube.timestamps import rfc3339
 from scheduler.core import hierarchy
 from scheduler.core.model import (
     GPU_MILLI,
+    AffinityTerms,
     Cluster,
     Dependency,
     Device,
     Job,
     JobPhase,
     Node,
+    NodeRequirement,
     Queue,
     QueueRights,
     Replica,
     ReplicaPhase,
     Request,
+    SelectorOp,
     Task,
     Tier,
 )
@@ -155,8 +158,32 @@ def _pod_request(pod: Obj) -> Request:
         if gpus > 1:
             raise BadSpec(f"a pod asks {gpus} whole GPUs and a share ({GPU_MILLI_ANNOTATION}); ask one or the other")
         gpus = 1
-    selector = frozenset((pod.get("spec", {}).get("nodeSelector") or {}).items())
-    return Request(cpu_milli=cpu, mem_mib=mem, gpus=gpus, gpu_milli=milli, selector=selector)
+    spec = pod.get("spec", {})
+    selector = frozenset((spec.get("nodeSelector") or {}).items())
+    return Request(cpu_milli=cpu, mem_mib=mem, gpus=gpus, gpu_milli=milli, selector=selector,
+                   affinity=node_affinity(spec))
+
+
+def node_affinity(spec: Obj) -> AffinityTerms:
+    """A pod's required node affinity as the core checks it. Its preferred terms are not read: placement
+    orders nodes by binpacking and topology, not by a pod's preferences."""
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = []
+    for term in required.get("nodeSelectorTerms") or []:
+        reqs = [_requirement(e, field=False) for e in term.get("matchExpressions") or []]
+        reqs += [_requirement(f, field=True) for f in term.get("matchFields") or []]
+        terms.append(tuple(reqs))
+    return tuple(terms)
+
+
+def _requirement(expr: Obj, *, field: bool) -> NodeRequirement:
+    try:
+        op = SelectorOp(str(expr.get("operator")))
+    except ValueError:
+        raise BadSpec(f"node affinity: operator {expr.get('operator')!r} of {expr.get('key')!r} is not one of "
+                      f"{', '.join(o.value for o in SelectorOp)}") from None
+    return NodeRequirement(str(expr.get("key", "")), op, tuple(str(v) for v in expr.get("values") or ()), field)
 
 
 def build_node(obj: Obj) -> Node:

@@ -552,6 +552,44 @@ async def test_scheduler_preemption_shows_upstream_as_notice_then_failed_preempt
             assert await compute_pod_of(compute_api, "tenant-1", uid) is None
 
 
+async def test_a_node_affinity_on_compute_labels_places_the_copy_and_one_no_node_meets_is_told_so(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """A gang scheduler's pod (the vnode binds it) states its nodes by affinity, as operators write a GPU
+    model: the requirements on compute labels hold in the compute cluster, the one on the virtual node is
+    dropped; a pod no compute node meets is told why on its tenant pod."""
+    core = client.CoreV1Api(tenant_api)
+    await _top_priority_class(tenant_api)
+
+    def picky(name: str, pool: str) -> dict[str, Any]:
+        body = operator_pod(name, scheduler="volcano", annotations={"scheduling.k8s.io/group-name": name})
+        body["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "ferry-test", "operator": "In", "values": [pool]},
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": ["ferry-tenant-1"]}]}]}}}
+        return body
+
+    for name in ("placed", "nowhere"):
+        await client.CustomObjectsApi(tenant_api).create_namespaced_custom_object(
+            "scheduling.volcano.sh", "v1beta1", tenant_ns, "podgroups",
+            {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": {"name": name},
+             "spec": {"minMember": 1}})
+    async with reserved_node(compute_api, tenant_ns) as node:
+        uid = (await core.create_namespaced_pod(tenant_ns, picky("placed", tenant_ns))).metadata.uid
+        await core.create_namespaced_pod(tenant_ns, picky("nowhere", f"{tenant_ns}-none"))
+        await eventually(lambda: _with_phase(core, tenant_ns, "placed", "Running"), what="the picky pod Running")
+        cpod = await compute_pod_of(compute_api, "tenant-1", uid)
+        assert cpod is not None and cpod.spec.node_name == node, "binpacking alone would pick the lowest name"
+        terms = cpod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
+        assert [[e.key for e in t.match_expressions] for t in terms.node_selector_terms] == [["ferry-test"]]
+
+        async def told() -> list[Any]:
+            return [e for e in await _events(core, tenant_ns, "nowhere", "FailedScheduling")
+                    if "no node matches the node affinity ferry-test In" in e.message]
+
+        await eventually(told, timeout=30, what="the tenant pod told no compute node meets its affinity")
+        assert (await core.read_namespaced_pod("nowhere", tenant_ns)).status.phase == "Pending"
+
+
 async def _running_on(core: client.CoreV1Api, ns: str, name: str, node: str) -> bool:
     return bool((await core.read_namespaced_pod(name, ns)).spec.node_name == node)
 

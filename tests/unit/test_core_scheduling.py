@@ -8,7 +8,7 @@ import re
 import pytest
 
 from scheduler.core.decisions import Bind, CancelEviction, Evict, NotifyWillEvict, Shrink
-from scheduler.core.model import JobPhase, ReplicaPhase, Tier
+from scheduler.core.model import JobPhase, NodeRequirement, ReplicaPhase, Request, SelectorOp, Tier
 from scheduler.core.scheduler import PRESETS, Scheduler
 from tests.unit.core_helpers import NO_LOANS, cluster, gang, node, passed_big_gang, queue, scheduler
 
@@ -569,24 +569,72 @@ def test_a_starving_job_holds_only_nodes_its_node_selector_allows() -> None:
     assert c.jobs["picky"].reserved_nodes == ("n3",)
 
 
-def test_a_job_that_selects_nodes_is_told_of_the_room_on_those_nodes() -> None:
+POOL_A = {
+    "selector": {"selector": frozenset({("pool", "a")})},
+    "affinity": {"affinity": ((NodeRequirement("pool", SelectorOp.IN, ("a",)),),)},
+    "affinity-not-in": {"affinity": ((NodeRequirement("pool", SelectorOp.NOT_IN, ("b",)),
+                                      NodeRequirement("pool", SelectorOp.EXISTS)),)},
+}
+
+
+@pytest.mark.parametrize("states", POOL_A.values(), ids=POOL_A.keys())
+def test_a_job_that_selects_nodes_is_told_of_the_room_on_those_nodes(states: dict[str, object]) -> None:
     # the cluster's largest free block (n2, 8) is not one the job may use: it is told of n1's 4
     nodes = [node("n1", 8), node("n2", 8)]
     nodes[0].labels["pool"] = "a"
+    nodes[1].labels["pool"] = "b"
     c = cluster(nodes)
     s = scheduler(c)
     s.submit(gang("half", "default", 1, 4))
     s.cycle(0)
     assert c.jobs["half"].replicas[0].node == "n1"  # binpack: the two nodes tie, n1 first by name
     picky = gang("picky", "default", 1, 8, submit=1)
-    picky.tasks[0].request = dataclasses.replace(picky.tasks[0].request, selector=frozenset({("pool", "a")}))
+    picky.tasks[0].request = dataclasses.replace(picky.tasks[0].request, **states)  # type: ignore[arg-type]
     s.submit(picky)
     s.submit(gang("any", "default", 2, 8, submit=2))
     reasons = s.reasons(s.cycle(1))
     assert "largest free block now 4 on the nodes it may use)" in reasons["picky"], reasons["picky"]
     assert "largest free block now 8)" in reasons["any"], reasons["any"]
     from ferry.whypending import hint_for
-    assert hint_for("FailedScheduling", reasons["picky"]).startswith("its node selector or GPU model leaves it")
+    assert hint_for("FailedScheduling", reasons["picky"]).startswith("its node selector, node affinity or GPU")
+    s.finish("half")
+    s.cycle(3)
+    assert c.jobs["picky"].replicas[0].node == "n1"
+
+
+def test_node_affinity_is_kubernetes_node_selector_semantics() -> None:
+    gpu, rack = node("n1", 8), node("n2", 8)
+    gpu.labels.update({"gpu": "a100", "gen": "4"})
+    rack.labels.update({"gpu": "h100", "gen": "5", "rack": "r1"})
+
+    def admitted(*terms: tuple[NodeRequirement, ...]) -> list[str]:
+        req = Request(gpus=1, affinity=terms)
+        return [n.name for n in (gpu, rack) if req.admits(n)]
+
+    r = NodeRequirement
+    assert admitted((r("gpu", SelectorOp.IN, ("a100", "v100")),)) == ["n1"]
+    assert admitted((r("gpu", SelectorOp.NOT_IN, ("a100",)),)) == ["n2"]
+    assert admitted((r("rack", SelectorOp.DOES_NOT_EXIST),)) == ["n1"]
+    assert admitted((r("gen", SelectorOp.GT, ("4",)),)) == ["n2"]
+    assert admitted((r("gen", SelectorOp.LT, ("5",)),)) == ["n1"]
+    assert admitted((r("gpu", SelectorOp.GT, ("4",)),)) == [], "a label that is not a number matches neither"
+    assert admitted((r("metadata.name", SelectorOp.IN, ("n2",), field=True),)) == ["n2"]
+    # terms are ORed, a term's requirements ANDed, and an empty term matches nothing
+    assert admitted((r("gpu", SelectorOp.IN, ("a100",)), r("rack", SelectorOp.EXISTS)),
+                    (r("rack", SelectorOp.IN, ("r1",)),)) == ["n2"]
+    assert admitted((),) == []
+    assert admitted() == ["n1", "n2"]
+
+
+def test_a_job_no_node_admits_by_affinity_is_told_so() -> None:
+    c = cluster([node("n1", 8)])
+    s = scheduler(c)
+    picky = gang("picky", "default", 1, 1)
+    picky.tasks[0].request = dataclasses.replace(
+        picky.tasks[0].request, affinity=((NodeRequirement("gpu", SelectorOp.IN, ("h100",)),),))
+    s.submit(picky)
+    reason = s.reasons(s.cycle(0))["picky"]
+    assert "no node matches the node affinity gpu In (h100)" in reason, reason
 
 
 def test_a_growing_hold_never_takes_a_node_draining_for_another_waiting_gang() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from scheduler.core.model import ReplicaPhase
+from scheduler.core.model import NodeRequirement, ReplicaPhase, SelectorOp
 from scheduler.service.service import namespace_condition
 from scheduler.service.snapshot import (
     ShapeCache,
@@ -229,3 +229,29 @@ def test_a_queue_built_from_its_object_continues_the_usage_its_status_recorded()
     assert queue.recent_usage == 5500.0 and queue.usage_at == 1795946400.0
     fresh = build_queue({"metadata": {"name": "team"}, "spec": {}})
     assert fresh.recent_usage == 0.0 and fresh.usage_at is None
+
+
+def test_a_pods_required_node_affinity_is_read_and_a_bad_operator_is_reported() -> None:
+    a, b = pod("a"), pod("b")
+    affinity = {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["a100", "h100"]}]},
+            {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n9"]}]}]},
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 1, "preference": {"matchExpressions": [{"key": "zone", "operator": "Exists"}]}}]}}
+    for p in (a, b):
+        p["spec"]["affinity"] = affinity
+        p["metadata"]["uid"] += "-affinity"  # requests are memoised by pod uid and generation
+    snap = build(NODES, {"ns/a": a, "ns/b": b}, {"ns/g": GROUP}, {}, 0.0, ShapeCache())
+    request = snap.cluster.jobs["ns/g"].tasks[0].request
+    assert request.affinity == ((NodeRequirement("gpu", SelectorOp.IN, ("a100", "h100")),),
+                                (NodeRequirement("metadata.name", SelectorOp.NOT_IN, ("n9",), field=True),))
+
+    bad = copy.deepcopy(affinity)
+    bad["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0][
+        "matchExpressions"][0]["operator"] = "Like"
+    for p in (a, b):
+        p["spec"]["affinity"] = bad
+        p["metadata"]["uid"] += "-bad"
+    snap = build(NODES, {"ns/a": a, "ns/b": b}, {"ns/g": GROUP}, {}, 0.0, ShapeCache())
+    assert "operator 'Like' of 'gpu' is not one of In, NotIn" in snap.problems["ns/g"], snap.problems

@@ -170,6 +170,33 @@ def test_translation_owns_the_pod_and_drops_what_a_tenant_must_not_choose() -> N
     assert spec["schedulingGates"] == [{"name": "kubeferry.io/forwarding"}]
 
 
+def test_a_copy_keeps_the_node_affinity_that_picks_compute_nodes_and_drops_what_picked_the_virtual_node() -> None:
+    gpu = {"key": "kubeferry.io/gpu-model", "operator": "In", "values": ["A100"]}
+    host = {"key": "kubernetes.io/hostname", "operator": "In", "values": ["ferry-tenant-1"]}
+    role = {"key": "kubeferry.io/role", "operator": "Exists"}
+    zone = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z1"]}
+
+    def copied(required: list[dict[str, Any]], preferred: list[dict[str, Any]] | None = None) -> Any:
+        aff: dict[str, Any] = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": required}}
+        if preferred is not None:
+            aff["preferredDuringSchedulingIgnoredDuringExecution"] = preferred
+        spec = compute_pod(tenant_pod(affinity={"nodeAffinity": aff, "podAntiAffinity": {"x": 1}}), B)["spec"]
+        assert spec["affinity"]["podAntiAffinity"] == {"x": 1}
+        return spec["affinity"].get("nodeAffinity")
+
+    # the virtual node's requirements go, the GPU model stays
+    assert copied([{"matchExpressions": [host, gpu, role]}]) == {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [gpu]}]}}
+    # ORed terms: one met by the virtual node alone lets the pod run anywhere
+    assert copied([{"matchExpressions": [gpu]}, {"matchExpressions": [host]}]) is None
+    assert copied([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["ferry-tenant-1"]}]}]) is None
+    # preferences keep what is about compute nodes, with their weights
+    assert copied([{"matchExpressions": [role]}],
+                  [{"weight": 5, "preference": {"matchExpressions": [zone, host]}},
+                   {"weight": 1, "preference": {"matchExpressions": [role]}}]) == {
+        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 5, "preference": {"matchExpressions": [zone]}}]}
+
+
 def test_references_are_renamed_to_copies_and_the_token_comes_from_the_tenant() -> None:
     pod = tenant_pod(
         subdomain="job",

@@ -9,7 +9,7 @@ import heapq
 from collections import defaultdict
 
 from scheduler.core.framework import Action, Session, ShapeKey
-from scheduler.core.model import Job, JobPhase, Node, Request, Tier
+from scheduler.core.model import Job, JobPhase, Node, Request, Tier, describe_affinity
 from scheduler.core.placement import Placement
 
 WAITING_FOR_CAPACITY = "waiting for capacity"  # how a reason begins when capacity is what the job lacks
@@ -188,7 +188,7 @@ class Allocate(Action):
             largest, where = self.sched.placer.max_free_whole(), ""
         else:  # a replica that selects nodes is told of those nodes' room, not of nodes it may not use
             largest = self.sched.placer.max_free_whole_for(biggest)
-            where = " on the nodes it may use" if biggest.selector or biggest.models else ""
+            where = " on the nodes it may use" if biggest.selects or biggest.models else ""
         msg = (f"{WAITING_FOR_CAPACITY}: gang of {len(need)} replica(s) needs {gpus:g} GPUs all at once "
                f"(largest replica {biggest.gpus if biggest else 0} GPU(s) on one node; "
                f"largest free block now {largest}{where})")
@@ -210,6 +210,8 @@ def _unhostable(req: Request, nodes: list[Node]) -> str | None:
     if req.selector and not any(all(n.labels.get(k) == v for k, v in req.selector) for n in nodes):
         wanted = ",".join(f"{k}={v}" for k, v in sorted(req.selector))
         return f"no node matches the node selector {wanted}"
+    if req.affinity and not any(req.admits(n) for n in nodes):
+        return f"no node matches the node affinity {describe_affinity(req.affinity)}"
     return None
 
 

@@ -176,7 +176,7 @@ class Reserve(Action):
             return (n.schedulable and n.name not in taken and len(n.devices) >= biggest.gpus
                     and n.cpu_milli >= biggest.cpu_milli and n.mem_mib >= biggest.mem_mib
                     and (not biggest.models or n.model in biggest.models)
-                    and all(n.labels.get(k) == v for k, v in biggest.selector))
+                    and biggest.admits(n))
 
         nodes = self.sched.cluster.nodes
         chosen = [n for n in held if n in nodes and usable(nodes[n])][:want]
