@@ -31,6 +31,9 @@ HINTS = (
     ("Insufficient nvidia.com/gpu", "no node of this cluster has that many GPUs free, the virtual node included: "
                                     "it offers what the compute cluster has Ready, capped by the tenant Queue's "
                                     "maximum"),
+    ("(required pod anti-affinity)", "its replicas must each run on a node (or zone) of their own and the compute "
+                                     "cluster has too few that could hold them: ask for fewer replicas, or drop "
+                                     "the anti-affinity"),
     ("cannot be scheduled", "no node of the compute cluster could ever hold it: ask for less (GPUs per replica, "
                             "CPU, memory) or for GPU models and labels that exist"),
     ("waiting for a node", "the nodes that could hold it are cordoned or not Ready: it starts when one is "

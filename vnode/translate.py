@@ -86,6 +86,17 @@ def compute_node_affinity(affinity: Obj | None, mine: dict[str, str]) -> Obj | N
     return out or None
 
 
+def _pod_affinity_terms(affinity: Obj) -> list[Obj]:
+    """Every pod (anti-)affinity term, required and preferred."""
+    out: list[Obj] = []
+    for kind in ("podAffinity", "podAntiAffinity"):
+        spec = affinity.get(kind) or {}
+        out += spec.get("requiredDuringSchedulingIgnoredDuringExecution") or []
+        out += [p["podAffinityTerm"] for p in spec.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+                if p.get("podAffinityTerm")]
+    return out
+
+
 @dataclass(frozen=True)
 class GangRef:
     """A tenant pod's gang as its operator marked it."""
@@ -284,6 +295,9 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
             aff.pop("nodeAffinity", None)
         else:
             aff["nodeAffinity"] = kept
+        for term in _pod_affinity_terms(aff):
+            if ns in (term.get("namespaces") or []):  # its own namespace: in the compute cluster, the copy's
+                term.pop("namespaces")
     spec["tolerations"] = [t for t in spec.get("tolerations") or []
                            if not str(t.get("key", "")).startswith(("virtual-kubelet.io/", "node.kubernetes.io/"))]
     if b.dns_server and spec.get("dnsPolicy", "ClusterFirst") in ("ClusterFirst", "ClusterFirstWithHostNet"):

@@ -96,6 +96,22 @@ class NodeRequirement:
 
 
 AffinityTerms = tuple[tuple[NodeRequirement, ...], ...]  # ORed terms of ANDed requirements
+HOSTNAME_KEY = "kubernetes.io/hostname"
+
+
+@dataclass(frozen=True, slots=True)
+class Apart:
+    """A required pod anti-affinity among a job's own replicas: a replica with it is never in the same
+    topology domain (the value of node label ``key``; the node itself for ``kubernetes.io/hostname``) as
+    a replica of its job that ``term`` selects (one whose request lists the term in ``marks``), and none
+    of those comes into its domain either (Kubernetes keeps both sides of an anti-affinity)."""
+
+    term: str  # the term, as written, naming which pods it keeps away
+    key: str = HOSTNAME_KEY
+
+    def domain(self, node: Node) -> str | None:
+        """The node's domain for this term (None: it has no such label, so the term does not apply there)."""
+        return node.name if self.key == HOSTNAME_KEY else node.labels.get(self.key)
 
 
 def describe_affinity(terms: AffinityTerms) -> str:
@@ -114,6 +130,8 @@ class Request:
     models: frozenset[str] = frozenset()
     selector: frozenset[tuple[str, str]] = frozenset()  # node labels the replica requires
     affinity: AffinityTerms = ()  # its required node affinity; none: any node
+    apart: frozenset[Apart] = frozenset()  # its required anti-affinities among its job's replicas
+    marks: frozenset[str] = frozenset()  # the terms of its job's anti-affinities that select it
 
     def __post_init__(self) -> None:
         if self.cpu_milli < 0 or self.mem_mib < 0 or self.gpus < 0:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from scheduler.core.hierarchy import lineage
-from scheduler.core.model import GPU_MILLI, Cluster, Job, Node, Replica, ReplicaPhase, Request
+from scheduler.core.model import GPU_MILLI, HOSTNAME_KEY, Cluster, Job, Node, Replica, ReplicaPhase, Request
 from scheduler.core.nodeclasses import ClassIndex, Filing, Members, NodeState
 
 
@@ -378,6 +378,30 @@ class Placer:
         devices = self._devices(node, req, best[4])
         return None if devices is None else (node.name, devices)
 
+    def off_limits(self, job: Job, req: Request, excluded: frozenset[str]) -> frozenset[str]:
+        """``excluded`` and the nodes a replica of ``req`` may not use by its job's pod anti-affinities: those
+        in a domain of a bound replica of the job that it keeps away, or that keeps it away. A walk over the
+        job's replicas (and, for a domain other than the node, over the nodes): only for jobs that state one."""
+        if not req.apart and not req.marks:
+            return excluded
+        tasks, nodes = job.task_by_name, self.cluster.nodes
+        banned: dict[str, set[str]] = defaultdict(set)  # label key -> its domains taken
+        for r in job.replicas:
+            node = nodes.get(r.node) if r.phase is ReplicaPhase.BOUND and r.node else None
+            if node is None:
+                continue
+            other = tasks[r.task].request
+            for a in [a for a in req.apart if a.term in other.marks] + [a for a in other.apart if a.term in req.marks]:
+                if (domain := a.domain(node)) is not None:
+                    banned[a.key].add(domain)
+        out: set[str] = set()
+        for key, domains in banned.items():
+            if key == HOSTNAME_KEY:
+                out |= domains
+            else:
+                out |= {n.name for n in nodes.values() if n.labels.get(key) in domains}
+        return excluded | out if out else excluded
+
     def best_domain(self, gpus_needed: int) -> str | None:
         """The topology domain that fits the whole gang most tightly, else the one with the most room."""
         fits = [(free, dom) for dom, free in self.domain_free.items() if free >= gpus_needed]
@@ -395,7 +419,8 @@ class Placer:
         domain = self.best_domain(whole) if len(replicas) > 1 else None
         done: list[Placement] = []
         for replica in order:
-            found = self.find(tasks[replica.task].request, excluded, domain)
+            found = self.find(tasks[replica.task].request, self.off_limits(job, tasks[replica.task].request, excluded),
+                              domain)
             if found is None:
                 self.unwind(job, done)
                 return None

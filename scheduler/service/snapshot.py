@@ -11,7 +11,7 @@ import json
 import math
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
@@ -36,6 +36,7 @@ from scheduler.core import hierarchy
 from scheduler.core.model import (
     GPU_MILLI,
     AffinityTerms,
+    Apart,
     Cluster,
     Dependency,
     Device,
@@ -175,6 +176,52 @@ def node_affinity(spec: Obj) -> AffinityTerms:
         reqs += [_requirement(f, field=True) for f in term.get("matchFields") or []]
         terms.append(tuple(reqs))
     return tuple(terms)
+
+
+def kept_apart(first: Mapping[str, Obj]) -> dict[str, tuple[frozenset[Apart], frozenset[str]]]:
+    """Task -> its required pod anti-affinities among the job's own pods and the job's terms that select
+    it, from one pod of each task (``first``): what the core keeps apart (``Apart``). A term that selects
+    none of the job's pods is about other pods, which placement does not weigh (README, Limitations)."""
+    terms: dict[str, list[tuple[str, str, Obj]]] = {}  # task -> (term as written, topology key, selector)
+    for task, pod in first.items():
+        anti = ((pod.get("spec", {}).get("affinity") or {}).get("podAntiAffinity") or {})
+        own_ns = pod["metadata"].get("namespace")
+        terms[task] = [(json.dumps(t, sort_keys=True), str(t.get("topologyKey") or ""), t.get("labelSelector"))
+                       for t in anti.get("requiredDuringSchedulingIgnoredDuringExecution") or []
+                       if t.get("topologyKey") and _in_own_namespace(t, own_ns)]
+    selectors = {term: sel for ts in terms.values() for term, _, sel in ts}
+    selected = {task: frozenset(term for term, sel in selectors.items()
+                                if label_selector_selects(sel, pod["metadata"].get("labels") or {}))
+                for task, pod in first.items()}
+    out: dict[str, tuple[frozenset[Apart], frozenset[str]]] = {}
+    for task in first:
+        mine = frozenset(Apart(term, key) for term, key, _ in terms[task]
+                         if any(term in marks for marks in selected.values()))
+        if mine or selected[task]:
+            out[task] = (mine, selected[task])
+    return out
+
+
+def _in_own_namespace(term: Obj, namespace: str | None) -> bool:
+    """Whether a pod-affinity term looks at its pod's own namespace: no namespaces and no selector (its
+    own), its namespace listed, or a namespace selector that selects every namespace ({})."""
+    listed, by_label = term.get("namespaces") or [], term.get("namespaceSelector")
+    return (not listed and by_label is None) or namespace in listed or by_label == {}
+
+
+def label_selector_selects(selector: Obj | None, labels: Mapping[str, str]) -> bool:
+    """Kubernetes' label-selector rule: a null selector selects nothing, an empty one everything."""
+    if selector is None:
+        return False
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        key, values = e.get("key"), e.get("values") or []
+        met = {"In": labels.get(key) in values, "NotIn": labels.get(key) not in values,
+               "Exists": key in labels, "DoesNotExist": key not in labels}.get(e.get("operator", ""), False)
+        if not met:
+            return False
+    return True
 
 
 def _requirement(expr: Obj, *, field: bool) -> NodeRequirement:
@@ -525,12 +572,15 @@ def _shape(pods: list[Obj], group: Obj | None, namespace_queue: str | None) -> J
     replicas: list[tuple[str, int, str | None, tuple[int, ...]]] = []
     by_replica: dict[tuple[str, int], Obj] = {}
     min_task = gspec.get("minTaskMember", {}) or {}
+    apart = kept_apart({task: task_pods[0] for task, task_pods in by_task.items()})
     for task, task_pods in by_task.items():
         requests = {pod_request(p) for p in task_pods}
         if len(requests) > 1:
             raise BadSpec(f"pods of task {task!r} ask for different resources; give each role its own "
                           f"{TASK_LABEL} label")
         (req,) = requests
+        if task in apart:
+            req = replace(req, apart=apart[task][0], marks=apart[task][1])
         tasks.append((task, len(task_pods), req, min_task.get(task)))
         for i, p in enumerate(task_pods):
             by_replica[(task, i)] = p

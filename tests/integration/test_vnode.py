@@ -552,34 +552,47 @@ async def test_scheduler_preemption_shows_upstream_as_notice_then_failed_preempt
             assert await compute_pod_of(compute_api, "tenant-1", uid) is None
 
 
-async def test_a_node_affinity_on_compute_labels_places_the_copy_and_one_no_node_meets_is_told_so(
+async def test_node_and_pod_anti_affinity_hold_in_the_compute_cluster_and_a_pod_no_node_meets_is_told_so(
         tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
-    """A gang scheduler's pod (the vnode binds it) states its nodes by affinity, as operators write a GPU
-    model: the requirements on compute labels hold in the compute cluster, the one on the virtual node is
-    dropped; a pod no compute node meets is told why on its tenant pod."""
+    """A gang scheduler's pods (the vnode binds them) state their nodes by affinity, as operators write a GPU
+    model, and keep apart by pod anti-affinity, one worker per node: the requirements on compute labels
+    hold in the compute cluster, the one on the virtual node is dropped, and the gang spreads where
+    binpacking alone would stack it; a pod no compute node meets is told why on its tenant pod."""
     core = client.CoreV1Api(tenant_api)
     await _top_priority_class(tenant_api)
 
-    def picky(name: str, pool: str) -> dict[str, Any]:
-        body = operator_pod(name, scheduler="volcano", annotations={"scheduling.k8s.io/group-name": name})
-        body["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "ferry-test", "operator": "In", "values": [pool]},
-                {"key": "kubernetes.io/hostname", "operator": "In", "values": ["ferry-tenant-1"]}]}]}}}
+    def picky(name: str, group: str, pool: str) -> dict[str, Any]:
+        body = operator_pod(name, scheduler="volcano", labels={"app": group},
+                            annotations={"scheduling.k8s.io/group-name": group})
+        body["spec"]["affinity"] = {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "ferry-test", "operator": "In", "values": [pool]},
+                                      {"key": "kubernetes.io/hostname", "operator": "In",
+                                       "values": ["ferry-tenant-1"]}]}]}},
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": group}}, "topologyKey": "kubernetes.io/hostname"}]}}
         return body
 
-    for name in ("placed", "nowhere"):
+    for name, size in (("spread", 2), ("nowhere", 1)):
         await client.CustomObjectsApi(tenant_api).create_namespaced_custom_object(
             "scheduling.volcano.sh", "v1beta1", tenant_ns, "podgroups",
             {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": {"name": name},
-             "spec": {"minMember": 1}})
-    async with reserved_node(compute_api, tenant_ns) as node:
-        uid = (await core.create_namespaced_pod(tenant_ns, picky("placed", tenant_ns))).metadata.uid
-        await core.create_namespaced_pod(tenant_ns, picky("nowhere", f"{tenant_ns}-none"))
-        await eventually(lambda: _with_phase(core, tenant_ns, "placed", "Running"), what="the picky pod Running")
-        cpod = await compute_pod_of(compute_api, "tenant-1", uid)
-        assert cpod is not None and cpod.spec.node_name == node, "binpacking alone would pick the lowest name"
-        terms = cpod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
+             "spec": {"minMember": size}})
+    async with reserved_node(compute_api, tenant_ns) as first, reserved_node(compute_api, tenant_ns) as second:
+        uids = [(await core.create_namespaced_pod(tenant_ns, picky(f"spread-{i}", "spread", tenant_ns))).metadata.uid
+                for i in range(2)]
+        await core.create_namespaced_pod(tenant_ns, picky("nowhere", "nowhere", f"{tenant_ns}-none"))
+
+        async def spread_runs() -> bool:
+            return all([await _with_phase(core, tenant_ns, f"spread-{i}", "Running") for i in range(2)])
+
+        await eventually(spread_runs, what="the gang that keeps apart Running")
+        copies = [await compute_pod_of(compute_api, "tenant-1", uid) for uid in uids]
+        assert all(c is not None for c in copies)
+        assert sorted(c.spec.node_name for c in copies if c) == sorted((first, second)), "one per node"
+        copy = copies[0]
+        assert copy is not None
+        terms = copy.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
         assert [[e.key for e in t.match_expressions] for t in terms.node_selector_terms] == [["ferry-test"]]
 
         async def told() -> list[Any]:

@@ -8,7 +8,18 @@ import re
 import pytest
 
 from scheduler.core.decisions import Bind, CancelEviction, Evict, NotifyWillEvict, Shrink
-from scheduler.core.model import JobPhase, NodeRequirement, ReplicaPhase, Request, SelectorOp, Tier
+from scheduler.core.model import (
+    HOSTNAME_KEY,
+    Apart,
+    Job,
+    JobPhase,
+    NodeRequirement,
+    ReplicaPhase,
+    Request,
+    SelectorOp,
+    Task,
+    Tier,
+)
 from scheduler.core.scheduler import PRESETS, Scheduler
 from tests.unit.core_helpers import NO_LOANS, cluster, gang, node, passed_big_gang, queue, scheduler
 
@@ -635,6 +646,67 @@ def test_a_job_no_node_admits_by_affinity_is_told_so() -> None:
     s.submit(picky)
     reason = s.reasons(s.cycle(0))["picky"]
     assert "no node matches the node affinity gpu In (h100)" in reason, reason
+
+
+WORKERS_APART = Apart("workers", HOSTNAME_KEY)
+
+
+def _apart(job: Job, task: int = 0, *, apart: tuple[Apart, ...] = (WORKERS_APART,),
+           marks: tuple[str, ...] = ("workers",)) -> Job:
+    t = job.tasks[task]
+    t.request = dataclasses.replace(t.request, apart=frozenset(apart), marks=frozenset(marks))
+    return job
+
+
+def test_a_gang_whose_replicas_keep_apart_runs_one_per_node_and_binpacks_otherwise() -> None:
+    c = cluster([node(f"n{i}", 8) for i in range(1, 6)])
+    s = scheduler(c)
+    s.submit(_apart(gang("spread", "default", 4, 1)))
+    s.submit(gang("packed", "default", 4, 1, submit=1))
+    s.cycle(0)
+    assert len({r.node for r in c.jobs["spread"].replicas}) == 4
+    assert len({r.node for r in c.jobs["packed"].replicas}) == 1
+    # a replica coming back after a failure keeps away from its running siblings
+    replica = c.jobs["spread"].replicas[0]
+    left = replica.node
+    s.placer.release(c.jobs["spread"], replica, ReplicaPhase.PENDING)
+    others = {r.node for r in c.jobs["spread"].replicas if r is not replica}
+    placed = s.placer.place_gang(c.jobs["spread"], [replica])
+    assert placed is not None and placed[0].node not in others and placed[0].node in {left, "n5"}
+
+
+@pytest.mark.parametrize("zones", [("a", "a", "b", "c"), ("a", "a", "b", "b")])
+def test_replicas_apart_by_zone_and_a_master_its_workers_keep_away(zones: tuple[str, ...]) -> None:
+    nodes = [node(f"n{i}", 8) for i in range(1, 5)]
+    for n, zone in zip(nodes, zones, strict=True):
+        n.labels["zone"] = zone
+    c = cluster(nodes)
+    s = scheduler(c)
+    job = Job("job", "default", [Task("master", 1, Request(cpu_milli=1000, gpus=1)),
+                                  Task("worker", 2, Request(cpu_milli=1000, gpus=1))])
+    _apart(job, 0, apart=(), marks=("workers",))  # the workers' term selects the master too
+    _apart(job, 1, apart=(Apart("workers", "zone"),), marks=("workers",))
+    s.submit(job)
+    reasons = s.reasons(s.cycle(0))
+    if len(set(zones)) == 2:  # three replicas that may not share a zone
+        assert "keep apart by zone (required pod anti-affinity), so they need 3 values of node label zone and " \
+               "only 2 schedulable could host them" in reasons["job"], reasons
+        return
+    zone = {r.task: c.nodes[r.node or ""].labels["zone"] for r in job.replicas if r.task == "master"}
+    workers = [c.nodes[r.node or ""].labels["zone"] for r in job.replicas if r.task == "worker"]
+    assert len(set(workers)) == 2 and zone["master"] not in workers
+
+
+def test_a_gang_that_must_keep_apart_on_too_few_nodes_is_told_it_never_fits() -> None:
+    c = cluster([node("n1", 8), node("n2", 8)])
+    s = scheduler(c)
+    s.submit(_apart(gang("spread", "default", 3, 1)))
+    reason = s.reasons(s.cycle(0))["spread"]
+    assert reason == ("cannot be scheduled: its replicas keep apart by kubernetes.io/hostname (required pod "
+                      "anti-affinity), so they need 3 nodes and only 2 schedulable could host them"), reason
+    from ferry.whypending import hint_for
+    assert hint_for("FailedScheduling", reason).startswith("its replicas must each run on a node")
+    assert not any(r.node for r in c.jobs["spread"].replicas)
 
 
 def test_a_growing_hold_never_takes_a_node_draining_for_another_waiting_gang() -> None:

@@ -255,3 +255,32 @@ def test_a_pods_required_node_affinity_is_read_and_a_bad_operator_is_reported() 
         p["metadata"]["uid"] += "-bad"
     snap = build(NODES, {"ns/a": a, "ns/b": b}, {"ns/g": GROUP}, {}, 0.0, ShapeCache())
     assert "operator 'Like' of 'gpu' is not one of In, NotIn" in snap.problems["ns/g"], snap.problems
+
+
+def test_a_jobs_pod_anti_affinity_among_its_own_pods_is_kept_apart_and_other_terms_are_not() -> None:
+    def member(name: str, role: str, anti: list[dict[str, Any]]) -> dict[str, Any]:
+        p = pod(name)
+        p["metadata"]["uid"] += "-anti"
+        p["metadata"]["labels"].update({"kubeferry.io/task": role, "app": "train", "role": role})
+        if anti:
+            p["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": anti}}
+        return p
+
+    workers = {"labelSelector": {"matchLabels": {"app": "train"},
+                                 "matchExpressions": [{"key": "role", "operator": "In", "values": ["worker"]}]},
+               "topologyKey": "kubernetes.io/hostname"}
+    training = {"labelSelector": {"matchLabels": {"app": "train"}}, "topologyKey": "zone"}
+    database = {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}
+    elsewhere = {**training, "namespaces": ["other"]}
+    pods = {"ns/m": member("m", "master", [training]),
+            "ns/w0": member("w0", "worker", [workers, database, elsewhere]),
+            "ns/w1": member("w1", "worker", [workers, database, elsewhere])}
+    group = {"metadata": {"name": "g", "namespace": "ns"}, "spec": {"minMember": 3}}
+    snap = build(NODES, pods, {"ns/g": group}, {}, 0.0, ShapeCache())
+    tasks = snap.cluster.jobs["ns/g"].task_by_name
+    master, worker = tasks["master"].request, tasks["worker"].request
+    # the db term is about other pods, and the last term looks at another namespace
+    assert {a.key for a in worker.apart} == {"kubernetes.io/hostname"}
+    assert {a.key for a in master.apart} == {"zone"}
+    (by_host,), (by_zone,) = worker.apart, master.apart
+    assert worker.marks == {by_host.term, by_zone.term} and master.marks == {by_zone.term}

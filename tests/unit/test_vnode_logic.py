@@ -190,6 +190,17 @@ def test_a_copy_keeps_the_node_affinity_that_picks_compute_nodes_and_drops_what_
     # ORed terms: one met by the virtual node alone lets the pod run anywhere
     assert copied([{"matchExpressions": [gpu]}, {"matchExpressions": [host]}]) is None
     assert copied([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["ferry-tenant-1"]}]}]) is None
+    # a pod (anti-)affinity term naming the pod's own namespace names the copy's
+    own = {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname",
+           "namespaces": [tenant_pod()["metadata"]["namespace"]]}
+    other = {**own, "namespaces": ["elsewhere"]}
+    anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [own, other],
+                                "preferredDuringSchedulingIgnoredDuringExecution": [
+                                    {"weight": 1, "podAffinityTerm": copy.deepcopy(own)}]}}
+    terms = compute_pod(tenant_pod(affinity=anti), B)["spec"]["affinity"]["podAntiAffinity"]
+    assert [t.get("namespaces") for t in terms["requiredDuringSchedulingIgnoredDuringExecution"]] == [
+        None, ["elsewhere"]]
+    assert "namespaces" not in terms["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
     # preferences keep what is about compute nodes, with their weights
     assert copied([{"matchExpressions": [role]}],
                   [{"weight": 5, "preference": {"matchExpressions": [zone, host]}},

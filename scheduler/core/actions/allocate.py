@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
+from collections.abc import Iterable
 
 from scheduler.core.framework import Action, Session, ShapeKey
-from scheduler.core.model import Job, JobPhase, Node, Request, Tier, describe_affinity
+from scheduler.core.model import HOSTNAME_KEY, Job, JobPhase, Node, Request, Tier, describe_affinity
 from scheduler.core.placement import Placement
 
 WAITING_FOR_CAPACITY = "waiting for capacity"  # how a reason begins when capacity is what the job lacks
@@ -182,6 +183,8 @@ class Allocate(Action):
             never = ssn.never[req]
             if never is not None:
                 return never
+        if crowded := _too_few_domains(job, self.sched.cluster.nodes.values()):
+            return f"cannot be scheduled: {crowded}"
         gpus = sum(r.gpu_total for r in need) / 1000
         biggest = max(need, key=lambda r: r.gpus, default=None)
         if biggest is None:
@@ -195,6 +198,31 @@ class Allocate(Action):
         if reservations:
             msg += "; some nodes are held for a longer-waiting job"
         return msg
+
+
+def _too_few_domains(job: Job, nodes: Iterable[Node]) -> str | None:
+    """Why the job's replicas that must keep apart (a required pod anti-affinity among them) could never
+    all start: fewer domains could host them than its minimum needs. None for a job that states none."""
+    tasks = job.task_by_name
+    terms = {a for t in job.tasks for a in t.request.apart}
+    if not terms:
+        return None
+    minimum = job.min_member if job.min_member is not None else sum(t.minimum for t in job.tasks)
+    schedulable = [n for n in nodes if n.schedulable]
+    for a in sorted(terms, key=lambda a: (a.key, a.term)):
+        # replicas with the term that it selects each need a domain of their own; those it only selects
+        # can share one, and so can those with it that it does not select, but not with each other
+        sides = [(a in req.apart, a.term in req.marks, req) for r in job.replicas
+                 for req in [tasks[r.task].request] if a in req.apart or a.term in req.marks]
+        both = sum(1 for has, marked, _ in sides if has and marked)
+        need = min(both + any(not has for has, _, _ in sides) + any(not marked for _, marked, _ in sides), minimum)
+        requests = {req for _, _, req in sides}
+        domains = {a.domain(n) for n in schedulable if any(_unhostable(req, [n]) is None for req in requests)}
+        if need > 1 and None not in domains and len(domains) < need:
+            where = "nodes" if a.key == HOSTNAME_KEY else f"values of node label {a.key}"
+            return (f"its replicas keep apart by {a.key} (required pod anti-affinity), so they need {need} "
+                    f"{where} and only {len(domains)} schedulable could host them")
+    return None
 
 
 def _unhostable(req: Request, nodes: list[Node]) -> str | None:
