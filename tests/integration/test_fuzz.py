@@ -43,6 +43,21 @@ GPU_LIMITS = ("1", "1", "0", "2", "64", "-1", "1.5", "abc", "1Ki")
 HOSTILE = (None, None, "hostPath", "privileged", "hostNetwork", "capabilities", "hostPort", "unsupportedVolume",
            "seccompUnconfined", "unsafeSysctl", "procMount")
 
+# where a pod says it may run: met by the virtual node and the compute nodes, met by no node, one per node
+PLACEMENT = (None, None, None, "affinity", "affinityNowhere", "antiAffinity")
+
+
+def _placement(body: Obj, kind: str | None) -> None:
+    model = {"key": "kubeferry.io/gpu-model", "operator": "NotIn" if kind == "affinity" else "In", "values": ["H900"]}
+    if kind in ("affinity", "affinityNowhere"):
+        on_vnode = {"key": "kubernetes.io/hostname", "operator": "In", "values": ["ferry-tenant-1"]}
+        body["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [on_vnode, model]}]}}}
+    elif kind == "antiAffinity":
+        body["metadata"].setdefault("labels", {})["app"] = "apart"
+        body["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "apart"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+
 
 def _hostile(spec: Obj, kind: str | None) -> None:
     container = spec["containers"][0]
@@ -85,6 +100,7 @@ def pods(draw: st.DrawFn) -> Obj:
     limit = draw(st.sampled_from(GPU_LIMITS))
     body["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": limit}}
     _hostile(body["spec"], draw(st.sampled_from(HOSTILE)))
+    _placement(body, draw(st.sampled_from(PLACEMENT)))
     return body
 
 
