@@ -34,6 +34,9 @@ HINTS = (
     ("(required pod anti-affinity)", "its replicas must each run on a node (or zone) of their own and the compute "
                                      "cluster has too few that could hold them: ask for fewer replicas, or drop "
                                      "the anti-affinity"),
+    ("(required pod affinity)", "its replicas must run together on one node (or zone) and no node or zone of the "
+                                "compute cluster could hold them all: ask for fewer or smaller replicas, or keep "
+                                "them together by a wider topology key"),
     ("cannot be scheduled", "no node of the compute cluster could ever hold it: ask for less (GPUs per replica, "
                             "CPU, memory) or for GPU models and labels that exist"),
     ("waiting for a node", "the nodes that could hold it are cordoned or not Ready: it starts when one is "

@@ -100,18 +100,30 @@ HOSTNAME_KEY = "kubernetes.io/hostname"
 
 
 @dataclass(frozen=True, slots=True)
-class Apart:
-    """A required pod anti-affinity among a job's own replicas: a replica with it is never in the same
-    topology domain (the value of node label ``key``; the node itself for ``kubernetes.io/hostname``) as
-    a replica of its job that ``term`` selects (one whose request lists the term in ``marks``), and none
-    of those comes into its domain either (Kubernetes keeps both sides of an anti-affinity)."""
+class PodTerm:
+    """A required pod (anti-)affinity term among a job's own replicas: ``term`` (as written) names which of
+    them it selects (a replica whose request lists it in ``marks``); its topology domain is the value of
+    node label ``key``, the node itself for ``kubernetes.io/hostname``."""
 
-    term: str  # the term, as written, naming which pods it keeps away
+    term: str
     key: str = HOSTNAME_KEY
 
     def domain(self, node: Node) -> str | None:
         """The node's domain for this term (None: it has no such label, so the term does not apply there)."""
         return node.name if self.key == HOSTNAME_KEY else node.labels.get(self.key)
+
+
+@dataclass(frozen=True, slots=True)
+class Apart(PodTerm):
+    """A required pod anti-affinity: a replica with it is never in the domain of a replica the term
+    selects, and none of those comes into its domain either (Kubernetes keeps both sides)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Together(PodTerm):
+    """A required pod affinity: a replica with it runs in a domain that holds a replica the term selects;
+    while none runs, one the term selects itself may start a domain (Kubernetes' rule for the first pod of
+    a group), on a node that has the label."""
 
 
 def describe_affinity(terms: AffinityTerms) -> str:
@@ -131,7 +143,8 @@ class Request:
     selector: frozenset[tuple[str, str]] = frozenset()  # node labels the replica requires
     affinity: AffinityTerms = ()  # its required node affinity; none: any node
     apart: frozenset[Apart] = frozenset()  # its required anti-affinities among its job's replicas
-    marks: frozenset[str] = frozenset()  # the terms of its job's anti-affinities that select it
+    together: frozenset[Together] = frozenset()  # its required pod affinities among its job's replicas
+    marks: frozenset[str] = frozenset()  # the terms of its job's pod (anti-)affinities that select it
 
     def __post_init__(self) -> None:
         if self.cpu_milli < 0 or self.mem_mib < 0 or self.gpus < 0:

@@ -12,12 +12,23 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from scheduler.core.hierarchy import lineage
-from scheduler.core.model import GPU_MILLI, HOSTNAME_KEY, Cluster, Job, Node, Replica, ReplicaPhase, Request
+from scheduler.core.model import (
+    GPU_MILLI,
+    HOSTNAME_KEY,
+    Cluster,
+    Job,
+    Node,
+    PodTerm,
+    Replica,
+    ReplicaPhase,
+    Request,
+    Together,
+)
 from scheduler.core.nodeclasses import ClassIndex, Filing, Members, NodeState
 
 
@@ -30,6 +41,7 @@ class Placement:
 
 
 MAX_RANKINGS = 4096  # request shapes whose rankings are kept; past that they are ranked anew when asked
+TOGETHER_TRIALS = 16  # domains a gang that keeps together is tried in per attempt (each trial is a placement)
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,6 +414,35 @@ class Placer:
                 out |= {n.name for n in nodes.values() if n.labels.get(key) in domains}
         return excluded | out if out else excluded
 
+    def confined(self, job: Job, req: Request, excluded: frozenset[str]) -> frozenset[str]:
+        """``off_limits`` and, for a replica with a pod affinity among its job's replicas, the nodes outside
+        the domains of the bound replicas that term selects (while none is bound and the term selects the
+        replica itself, only the nodes without the term's label: it may start a domain)."""
+        out = self.off_limits(job, req, excluded)
+        if not req.together:
+            return out
+        nodes = self.cluster.nodes
+        barred: set[str] = set()
+        for t in req.together:
+            held = self._held_domains(job, t)
+            if not held and t.term in req.marks:
+                barred |= {n.name for n in nodes.values() if t.domain(n) is None}
+            elif t.key == HOSTNAME_KEY:
+                barred |= nodes.keys() - held
+            else:
+                barred |= {n.name for n in nodes.values() if t.domain(n) not in held}
+        return out | barred if barred else out
+
+    def _held_domains(self, job: Job, term: PodTerm) -> set[str]:
+        """The domains of ``term`` that hold a bound replica of ``job`` the term selects."""
+        tasks, nodes = job.task_by_name, self.cluster.nodes
+        out: set[str] = set()
+        for r in job.replicas:
+            node = nodes.get(r.node) if r.phase is ReplicaPhase.BOUND and r.node else None
+            if node is not None and term.term in tasks[r.task].request.marks and (d := term.domain(node)) is not None:
+                out.add(d)
+        return out
+
     def best_domain(self, gpus_needed: int) -> str | None:
         """The topology domain that fits the whole gang most tightly, else the one with the most room."""
         fits = [(free, dom) for dom, free in self.domain_free.items() if free >= gpus_needed]
@@ -412,24 +453,63 @@ class Placer:
     def place_gang(self, job: Job, replicas: list[Replica], excluded: frozenset[str] = frozenset(),
                    probe: bool = False) -> list[Placement] | None:
         """Bind all of ``replicas`` or none of them; with ``probe``, only say where they would go (nothing
-        stays bound). A gang that does not fit, or a probe, leaves the index as it found it."""
+        stays bound). A gang that does not fit, or a probe, leaves the index as it found it. A gang whose
+        replicas keep together (a required pod affinity among them) is tried in one domain after another,
+        the tightest with room first (at most ``TOGETHER_TRIALS``), unless a replica it follows is bound."""
         tasks = job.task_by_name
-        order = sorted(replicas, key=lambda r: -tasks[r.task].request.gpu_total)
-        whole = sum(tasks[r.task].request.gpus for r in replicas if not tasks[r.task].request.is_share)
-        domain = self.best_domain(whole) if len(replicas) > 1 else None
+        if not any(tasks[r.task].request.together for r in replicas):
+            return self._place(job, sorted(replicas, key=lambda r: -tasks[r.task].request.gpu_total), excluded, probe)
+        # replicas that follow others (a term that does not select them) after those they may follow
+        order = sorted(replicas, key=lambda r: (_follows(tasks[r.task].request), -tasks[r.task].request.gpu_total))
+        term = min((t for r in replicas for t in tasks[r.task].request.together), key=lambda t: (t.key, t.term))
+        group = {r.task for r in replicas
+                 if term in tasks[r.task].request.together or term.term in tasks[r.task].request.marks}
+        if self._held_domains(job, term):
+            return self._place(job, order, excluded, probe)
+        for pin in self._domains_to_try(term, sum(tasks[r.task].request.gpu_total for r in replicas
+                                                  if r.task in group), excluded):
+            done = self._place(job, order, excluded, probe, pin, group)
+            if done is not None:
+                return done
+        return None
+
+    def _domains_to_try(self, term: Together, milli: int, excluded: frozenset[str]) -> Iterator[frozenset[str]]:
+        """For each domain of ``term`` whose schedulable nodes have ``milli`` of GPU free, tightest first: the
+        nodes outside it."""
+        nodes = self.cluster.nodes
+        free: dict[str, int] = defaultdict(int)
+        for n in nodes.values():
+            if n.schedulable and n.name not in excluded and (d := term.domain(n)) is not None:
+                free[d] += n.free_gpu_milli
+        for d in sorted((d for d, f in free.items() if f >= milli), key=lambda d: (free[d], d))[:TOGETHER_TRIALS]:
+            yield (frozenset(nodes.keys() - {d}) if term.key == HOSTNAME_KEY
+                   else frozenset(n.name for n in nodes.values() if term.domain(n) != d))
+
+    def _place(self, job: Job, order: list[Replica], excluded: frozenset[str], probe: bool,
+               pin: frozenset[str] = frozenset(), group: set[str] | None = None) -> list[Placement] | None:
+        """Bind ``order``'s replicas one after another or none; those of a task in ``group`` also off ``pin``."""
+        tasks = job.task_by_name
+        whole = sum(tasks[r.task].request.gpus for r in order if not tasks[r.task].request.is_share)
+        domain = self.best_domain(whole) if len(order) > 1 else None
         done: list[Placement] = []
         for replica in order:
-            found = self.find(tasks[replica.task].request, self.off_limits(job, tasks[replica.task].request, excluded),
-                              domain)
+            req = tasks[replica.task].request
+            found = self.find(req, self.confined(job, req, excluded | pin if group and replica.task in group
+                                                 else excluded), domain)
             if found is None:
                 self.unwind(job, done)
                 return None
             node, devices = found
             before = self.classes.filing(node)
             self.bind(job, replica, node, devices)
-            if domain is None and len(replicas) > 1:
+            if domain is None and len(order) > 1:
                 domain = self.cluster.nodes[node].domain
             done.append(Placement(replica, node, devices, before))
         if probe:
             self.unwind(job, done)
         return done
+
+
+def _follows(req: Request) -> bool:
+    """Whether a replica keeps to others by a pod affinity that does not select it (it goes after them)."""
+    return any(t.term not in req.marks for t in req.together)

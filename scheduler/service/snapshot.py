@@ -52,6 +52,7 @@ from scheduler.core.model import (
     SelectorOp,
     Task,
     Tier,
+    Together,
 )
 
 DEFAULT_QUEUE = "default"
@@ -178,27 +179,33 @@ def node_affinity(spec: Obj) -> AffinityTerms:
     return tuple(terms)
 
 
-def kept_apart(first: Mapping[str, Obj]) -> dict[str, tuple[frozenset[Apart], frozenset[str]]]:
-    """Task -> its required pod anti-affinities among the job's own pods and the job's terms that select
-    it, from one pod of each task (``first``): what the core keeps apart (``Apart``). A term that selects
-    none of the job's pods is about other pods, which placement does not weigh (README, Limitations)."""
-    terms: dict[str, list[tuple[str, str, Obj]]] = {}  # task -> (term as written, topology key, selector)
+def own_pod_terms(first: Mapping[str, Obj]) -> dict[str, tuple[frozenset[Apart], frozenset[Together], frozenset[str]]]:
+    """Task -> its required pod anti-affinities and pod affinities among the job's own pods, and the job's
+    terms that select it, from one pod of each task (``first``): what the core keeps apart (``Apart``) and
+    together (``Together``). A term that selects none of the job's pods is about other pods, which
+    placement does not weigh (README, Limitations)."""
+    # task -> (affinity or not, term as written, topology key, selector)
+    terms: dict[str, list[tuple[bool, str, str, Obj]]] = {}
     for task, pod in first.items():
-        anti = ((pod.get("spec", {}).get("affinity") or {}).get("podAntiAffinity") or {})
+        affinity = pod.get("spec", {}).get("affinity") or {}
         own_ns = pod["metadata"].get("namespace")
-        terms[task] = [(json.dumps(t, sort_keys=True), str(t.get("topologyKey") or ""), t.get("labelSelector"))
-                       for t in anti.get("requiredDuringSchedulingIgnoredDuringExecution") or []
+        terms[task] = [(kind == "podAffinity", json.dumps(t, sort_keys=True), str(t.get("topologyKey") or ""),
+                        t.get("labelSelector"))
+                       for kind in ("podAntiAffinity", "podAffinity")
+                       for t in (affinity.get(kind) or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or []
                        if t.get("topologyKey") and _in_own_namespace(t, own_ns)]
-    selectors = {term: sel for ts in terms.values() for term, _, sel in ts}
+    selectors = {term: sel for ts in terms.values() for _, term, _, sel in ts}
     selected = {task: frozenset(term for term, sel in selectors.items()
                                 if label_selector_selects(sel, pod["metadata"].get("labels") or {}))
                 for task, pod in first.items()}
-    out: dict[str, tuple[frozenset[Apart], frozenset[str]]] = {}
+    out: dict[str, tuple[frozenset[Apart], frozenset[Together], frozenset[str]]] = {}
     for task in first:
-        mine = frozenset(Apart(term, key) for term, key, _ in terms[task]
-                         if any(term in marks for marks in selected.values()))
-        if mine or selected[task]:
-            out[task] = (mine, selected[task])
+        own = [(together, term, key) for together, term, key, _ in terms[task]
+               if any(term in marks for marks in selected.values())]
+        apart = frozenset(Apart(term, key) for together, term, key in own if not together)
+        close = frozenset(Together(term, key) for together, term, key in own if together)
+        if apart or close or selected[task]:
+            out[task] = (apart, close, selected[task])
     return out
 
 
@@ -572,15 +579,15 @@ def _shape(pods: list[Obj], group: Obj | None, namespace_queue: str | None) -> J
     replicas: list[tuple[str, int, str | None, tuple[int, ...]]] = []
     by_replica: dict[tuple[str, int], Obj] = {}
     min_task = gspec.get("minTaskMember", {}) or {}
-    apart = kept_apart({task: task_pods[0] for task, task_pods in by_task.items()})
+    own_terms = own_pod_terms({task: task_pods[0] for task, task_pods in by_task.items()})
     for task, task_pods in by_task.items():
         requests = {pod_request(p) for p in task_pods}
         if len(requests) > 1:
             raise BadSpec(f"pods of task {task!r} ask for different resources; give each role its own "
                           f"{TASK_LABEL} label")
         (req,) = requests
-        if task in apart:
-            req = replace(req, apart=apart[task][0], marks=apart[task][1])
+        if task in own_terms:
+            req = replace(req, apart=own_terms[task][0], together=own_terms[task][1], marks=own_terms[task][2])
         tasks.append((task, len(task_pods), req, min_task.get(task)))
         for i, p in enumerate(task_pods):
             by_replica[(task, i)] = p

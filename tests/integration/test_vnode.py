@@ -603,6 +603,75 @@ async def test_node_and_pod_anti_affinity_hold_in_the_compute_cluster_and_a_pod_
         assert (await core.read_namespaced_pod("nowhere", tenant_ns)).status.phase == "Pending"
 
 
+async def test_a_gangs_pod_affinity_keeps_it_in_one_zone_and_a_gang_no_node_holds_together_is_told_so(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """Replicas that must share a topology domain (required pod affinity among the gang's pods, as users
+    keep a training job in one rack or zone) start in the one zone that holds them all, where binpacking
+    alone would take the two tightest nodes, one in each zone; a gang that no single node could hold
+    together is told why on its tenant pods."""
+    core = client.CoreV1Api(tenant_api)
+    compute = client.CoreV1Api(compute_api)
+    await _top_priority_class(tenant_api)
+
+    def pod(name: str, gpus: int, select: dict[str, str], *, group: str = "", key: str = "") -> dict[str, Any]:
+        body = operator_pod(name, scheduler="volcano" if group else "kube-ferry", labels={"app": group or name},
+                            annotations={"scheduling.k8s.io/group-name": group} if group else {})
+        body["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = str(gpus)
+        body["spec"]["nodeSelector"] = select
+        if key:
+            body["spec"]["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": group}}, "topologyKey": key}]}}
+        return body
+
+    for name in ("close", "apart"):
+        await client.CustomObjectsApi(tenant_api).create_namespaced_custom_object(
+            "scheduling.volcano.sh", "v1beta1", tenant_ns, "podgroups",
+            {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": {"name": name},
+             "spec": {"minMember": 2}})
+    mine = {"ferry-test": tenant_ns}
+    async with (reserved_node(compute_api, tenant_ns) as a, reserved_node(compute_api, tenant_ns) as b,
+                reserved_node(compute_api, tenant_ns) as c):
+        zones = {a: "x", b: "y", c: "y"}
+        for node, zone in zones.items():
+            await compute.patch_node(node, {"metadata": {"labels": {"ferry-test-zone": zone, "ferry-test-fill": node}}})
+        try:
+            # fillers leave 4 GPUs free on a (zone x) and b (zone y): the tightest pair for two 4-GPU pods
+            for node in (a, b):
+                await core.create_namespaced_pod(tenant_ns, pod(f"fill-{zones[node]}", 4,
+                                                                {**mine, "ferry-test-fill": node}))
+
+            async def filled() -> bool:
+                return all([await _with_phase(core, tenant_ns, f"fill-{z}", "Running") for z in ("x", "y")])
+
+            await eventually(filled, what="the fillers Running")
+            uids = [(await core.create_namespaced_pod(tenant_ns, pod(f"close-{i}", 4, mine, group="close",
+                                                                     key="ferry-test-zone"))).metadata.uid
+                    for i in range(2)]
+            for i in range(2):
+                await core.create_namespaced_pod(tenant_ns, pod(f"apart-{i}", 8, mine, group="apart",
+                                                                key="kubernetes.io/hostname"))
+
+            async def close_runs() -> bool:
+                return all([await _with_phase(core, tenant_ns, f"close-{i}", "Running") for i in range(2)])
+
+            await eventually(close_runs, what="the gang that keeps together Running")
+            copies = [await compute_pod_of(compute_api, "tenant-1", uid) for uid in uids]
+            placed = sorted(cp.spec.node_name for cp in copies if cp is not None)
+            assert placed == sorted((b, c)), f"both in zone y ({b}, {c}), not {placed}"
+
+            async def told() -> list[Any]:
+                return [e for i in range(2) for e in await _events(core, tenant_ns, f"apart-{i}", "FailedScheduling")
+                        if "keep together by kubernetes.io/hostname (required pod affinity), so they need 16 GPUs "
+                           "on one node and the largest schedulable has 8" in e.message]
+
+            await eventually(told, timeout=30, what="the gang no node holds together told so")
+            assert (await core.read_namespaced_pod("apart-0", tenant_ns)).status.phase == "Pending"
+        finally:
+            for node in zones:
+                await compute.patch_node(node, {"metadata": {"labels": {"ferry-test-zone": None,
+                                                                        "ferry-test-fill": None}}})
+
+
 async def _running_on(core: client.CoreV1Api, ns: str, name: str, node: str) -> bool:
     return bool((await core.read_namespaced_pod(name, ns)).spec.node_name == node)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Any
 
 import pytest
 
@@ -13,12 +14,14 @@ from scheduler.core.model import (
     Apart,
     Job,
     JobPhase,
+    Node,
     NodeRequirement,
     ReplicaPhase,
     Request,
     SelectorOp,
     Task,
     Tier,
+    Together,
 )
 from scheduler.core.scheduler import PRESETS, Scheduler
 from tests.unit.core_helpers import NO_LOANS, cluster, gang, node, passed_big_gang, queue, scheduler
@@ -653,8 +656,12 @@ WORKERS_APART = Apart("workers", HOSTNAME_KEY)
 
 def _apart(job: Job, task: int = 0, *, apart: tuple[Apart, ...] = (WORKERS_APART,),
            marks: tuple[str, ...] = ("workers",)) -> Job:
+    return _with_terms(job, task, apart=frozenset(apart), marks=frozenset(marks))
+
+
+def _with_terms(job: Job, task: int, **terms: frozenset[Any]) -> Job:
     t = job.tasks[task]
-    t.request = dataclasses.replace(t.request, apart=frozenset(apart), marks=frozenset(marks))
+    t.request = dataclasses.replace(t.request, **terms)
     return job
 
 
@@ -707,6 +714,75 @@ def test_a_gang_that_must_keep_apart_on_too_few_nodes_is_told_it_never_fits() ->
     from ferry.whypending import hint_for
     assert hint_for("FailedScheduling", reason).startswith("its replicas must each run on a node")
     assert not any(r.node for r in c.jobs["spread"].replicas)
+
+
+def _zoned(*zones: str, gpus: int = 8) -> list[Node]:
+    nodes = [node(f"n{i}", gpus) for i in range(1, len(zones) + 1)]
+    for n, zone in zip(nodes, zones, strict=True):
+        n.labels["zone"] = zone
+    return nodes
+
+
+def _together(job: Job, task: int = 0, *, together: tuple[Together, ...] = (Together("team", "zone"),),
+              marks: tuple[str, ...] = ("team",)) -> Job:
+    return _with_terms(job, task, together=frozenset(together), marks=frozenset(marks))
+
+
+def test_a_gang_whose_replicas_keep_together_runs_in_the_tightest_zone_that_holds_it_all() -> None:
+    # zone a has 8 GPUs, b 16, c 24: binpacking alone would start on a's node and spill into another zone
+    c = cluster(_zoned("a", "b", "b", "c", "c", "c"))
+    s = scheduler(c)
+    s.submit(_together(gang("close", "default", 3, 4)))
+    s.submit(gang("loose", "default", 3, 4, submit=1))
+    s.cycle(0)
+    zone = {r.node: c.nodes[r.node or ""].labels["zone"] for r in c.jobs["close"].replicas}
+    assert set(zone.values()) == {"b"}, zone
+    assert len({c.nodes[r.node or ""].labels["zone"] for r in c.jobs["loose"].replicas}) > 1
+    # a replica coming back joins its group's zone, though zone a has room and binpacks tighter
+    replica = c.jobs["close"].replicas[0]
+    s.placer.release(c.jobs["close"], replica, ReplicaPhase.PENDING)
+    placed = s.placer.place_gang(c.jobs["close"], [replica])
+    assert placed is not None and c.nodes[placed[0].node].labels["zone"] == "b"
+
+
+def test_workers_that_keep_to_their_master_follow_it_into_its_zone() -> None:
+    c = cluster(_zoned("a", "b", "b"))
+    s = scheduler(c)
+    job = Job("job", "default", [Task("master", 1, Request(cpu_milli=1000, gpus=1)),
+                                  Task("worker", 3, Request(cpu_milli=1000, gpus=4))])
+    _together(job, 0, together=(), marks=("master",))  # the workers' term selects the master, not themselves
+    _together(job, 1, together=(Together("master", "zone"),), marks=())
+    s.submit(job)
+    s.cycle(0)
+    zones = {c.nodes[r.node or ""].labels["zone"] for r in job.replicas}
+    assert zones == {"b"} and all(r.phase is ReplicaPhase.BOUND for r in job.replicas), zones
+
+
+def test_replicas_that_keep_together_on_one_node_share_it() -> None:
+    c = cluster([node("n1", 8), node("n2", 8)])
+    s = scheduler(c)
+    s.submit(gang("first", "default", 1, 2))
+    s.cycle(0)
+    s.submit(_together(gang("pair", "default", 2, 4, submit=1), together=(Together("team", HOSTNAME_KEY),)))
+    s.cycle(1)
+    assert len({r.node for r in c.jobs["pair"].replicas}) == 1
+    assert c.jobs["pair"].replicas[0].node != c.jobs["first"].replicas[0].node
+
+
+def test_a_gang_that_must_keep_together_where_no_zone_holds_it_is_told_it_never_fits() -> None:
+    c = cluster(_zoned("a", "b"))
+    s = scheduler(c)
+    s.submit(_together(gang("close", "default", 2, 8)))
+    reason = s.reasons(s.cycle(0))["close"]
+    assert reason == ("cannot be scheduled: its replicas keep together by zone (required pod affinity), so they "
+                      "need 16 GPUs on one value of node label zone and the largest schedulable has 8"), reason
+    from ferry.whypending import hint_for
+    assert hint_for("FailedScheduling", reason).startswith("its replicas must run together")
+    assert not any(r.node for r in c.jobs["close"].replicas)
+    unlabelled = cluster([node("n1", 8)])
+    s = scheduler(unlabelled)
+    s.submit(_together(gang("close", "default", 1, 1)))
+    assert "no schedulable node that could host them has that label" in s.reasons(s.cycle(0))["close"]
 
 
 def test_a_growing_hold_never_takes_a_node_draining_for_another_waiting_gang() -> None:

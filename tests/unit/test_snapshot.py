@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from functools import partial
 from typing import Any
 
 from scheduler.core.model import NodeRequirement, ReplicaPhase, SelectorOp
@@ -257,14 +258,18 @@ def test_a_pods_required_node_affinity_is_read_and_a_bad_operator_is_reported() 
     assert "operator 'Like' of 'gpu' is not one of In, NotIn" in snap.problems["ns/g"], snap.problems
 
 
+def _member(name: str, role: str, terms: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    """A pod of a job in role ``role`` with required pod (anti-)affinity ``terms`` (``kind``)."""
+    p = pod(name)
+    p["metadata"]["uid"] += f"-{kind}"
+    p["metadata"]["labels"].update({"kubeferry.io/task": role, "app": "train", "role": role})
+    if terms:
+        p["spec"]["affinity"] = {kind: {"requiredDuringSchedulingIgnoredDuringExecution": terms}}
+    return p
+
+
 def test_a_jobs_pod_anti_affinity_among_its_own_pods_is_kept_apart_and_other_terms_are_not() -> None:
-    def member(name: str, role: str, anti: list[dict[str, Any]]) -> dict[str, Any]:
-        p = pod(name)
-        p["metadata"]["uid"] += "-anti"
-        p["metadata"]["labels"].update({"kubeferry.io/task": role, "app": "train", "role": role})
-        if anti:
-            p["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": anti}}
-        return p
+    member = partial(_member, kind="podAntiAffinity")
 
     workers = {"labelSelector": {"matchLabels": {"app": "train"},
                                  "matchExpressions": [{"key": "role", "operator": "In", "values": ["worker"]}]},
@@ -284,3 +289,21 @@ def test_a_jobs_pod_anti_affinity_among_its_own_pods_is_kept_apart_and_other_ter
     assert {a.key for a in master.apart} == {"zone"}
     (by_host,), (by_zone,) = worker.apart, master.apart
     assert worker.marks == {by_host.term, by_zone.term} and master.marks == {by_zone.term}
+    assert not worker.together and not master.together
+
+
+def test_a_jobs_pod_affinity_among_its_own_pods_keeps_them_together_and_other_terms_are_not_kept() -> None:
+    member = partial(_member, kind="podAffinity")
+
+    to_master = {"labelSelector": {"matchLabels": {"role": "master"}}, "topologyKey": "zone"}
+    to_cache = {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": "kubernetes.io/hostname"}
+    pods = {"ns/m": member("m", "master", []),
+            "ns/w0": member("w0", "worker", [to_master, to_cache]),
+            "ns/w1": member("w1", "worker", [to_master, to_cache])}
+    group = {"metadata": {"name": "g", "namespace": "ns"}, "spec": {"minMember": 3}}
+    snap = build(NODES, pods, {"ns/g": group}, {}, 0.0, ShapeCache())
+    tasks = snap.cluster.jobs["ns/g"].task_by_name
+    master, worker = tasks["master"].request, tasks["worker"].request
+    (zone,) = worker.together  # the cache term is about other pods
+    assert zone.key == "zone" and master.marks == {zone.term} and not worker.marks
+    assert not master.together and not worker.apart

@@ -8,10 +8,13 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import TypeVar
 
 from scheduler.core.framework import Action, Session, ShapeKey
-from scheduler.core.model import HOSTNAME_KEY, Job, JobPhase, Node, Request, Tier, describe_affinity
+from scheduler.core.model import GPU_MILLI, HOSTNAME_KEY, Job, JobPhase, Node, PodTerm, Request, Tier, describe_affinity
 from scheduler.core.placement import Placement
+
+T = TypeVar("T", bound=PodTerm)
 
 WAITING_FOR_CAPACITY = "waiting for capacity"  # how a reason begins when capacity is what the job lacks
 
@@ -183,7 +186,8 @@ class Allocate(Action):
             never = ssn.never[req]
             if never is not None:
                 return never
-        if crowded := _too_few_domains(job, self.sched.cluster.nodes.values()):
+        if crowded := (_too_few_domains(job, self.sched.cluster.nodes.values())
+                       or _no_domain_holds(job, self.sched.cluster.nodes.values())):
             return f"cannot be scheduled: {crowded}"
         gpus = sum(r.gpu_total for r in need) / 1000
         biggest = max(need, key=lambda r: r.gpus, default=None)
@@ -204,12 +208,8 @@ def _too_few_domains(job: Job, nodes: Iterable[Node]) -> str | None:
     """Why the job's replicas that must keep apart (a required pod anti-affinity among them) could never
     all start: fewer domains could host them than its minimum needs. None for a job that states none."""
     tasks = job.task_by_name
-    terms = {a for t in job.tasks for a in t.request.apart}
-    if not terms:
-        return None
-    minimum = job.min_member if job.min_member is not None else sum(t.minimum for t in job.tasks)
-    schedulable = [n for n in nodes if n.schedulable]
-    for a in sorted(terms, key=lambda a: (a.key, a.term)):
+    terms, minimum, schedulable = _own_terms(job, nodes, {a for t in job.tasks for a in t.request.apart})
+    for a in terms:
         # replicas with the term that it selects each need a domain of their own; those it only selects
         # can share one, and so can those with it that it does not select, but not with each other
         sides = [(a in req.apart, a.term in req.marks, req) for r in job.replicas
@@ -223,6 +223,39 @@ def _too_few_domains(job: Job, nodes: Iterable[Node]) -> str | None:
             return (f"its replicas keep apart by {a.key} (required pod anti-affinity), so they need {need} "
                     f"{where} and only {len(domains)} schedulable could host them")
     return None
+
+
+def _no_domain_holds(job: Job, nodes: Iterable[Node]) -> str | None:
+    """Why the job's replicas that keep together (a required pod affinity among them) could never all start:
+    no domain of the term's key holds, empty, the GPUs of as many of them as the job's minimum. None for a
+    job that states none."""
+    tasks = job.task_by_name
+    terms, minimum, schedulable = _own_terms(job, nodes, {t for task in job.tasks for t in task.request.together})
+    for t in terms:
+        group = [req for r in job.replicas for req in [tasks[r.task].request]
+                 if t in req.together or t.term in req.marks]
+        need = sum(sorted(req.gpu_total for req in group)[:max(minimum, 1)])
+        room: dict[str, int] = defaultdict(int)
+        for n in schedulable:
+            if (d := t.domain(n)) is not None and any(_unhostable(req, [n]) is None for req in set(group)):
+                room[d] += len(n.devices) * GPU_MILLI
+        where = "one node" if t.key == HOSTNAME_KEY else f"one value of node label {t.key}"
+        if not room:
+            return (f"its replicas keep together by {t.key} (required pod affinity), and no schedulable node that "
+                    f"could host them has that label")
+        if need > (largest := max(room.values())):
+            return (f"its replicas keep together by {t.key} (required pod affinity), so they need {need / 1000:g} "
+                    f"GPUs on {where} and the largest schedulable has {largest / 1000:g}")
+    return None
+
+
+def _own_terms(job: Job, nodes: Iterable[Node], terms: set[T]) -> tuple[list[T], int, list[Node]]:
+    """The job's pod (anti-)affinity ``terms`` in a stable order, its minimum and the schedulable nodes;
+    nothing to walk for a job that states none."""
+    if not terms:
+        return [], 0, []
+    minimum = job.min_member if job.min_member is not None else sum(t.minimum for t in job.tasks)
+    return sorted(terms, key=lambda t: (t.key, t.term)), minimum, [n for n in nodes if n.schedulable]
 
 
 def _unhostable(req: Request, nodes: list[Node]) -> str | None:
