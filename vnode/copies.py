@@ -10,6 +10,7 @@ tenant object changes and collected by :meth:`Copies.sweep` once no owned pod re
 
 from __future__ import annotations
 
+import base64
 import time
 from typing import Any
 
@@ -30,6 +31,7 @@ from vnode.translate import (
     has_own_endpoints,
     is_alias,
     needs_of,
+    pod_view,
     selects,
     slice_digest,
     spec_digest,
@@ -110,11 +112,14 @@ class Copies:
         if self.api is not None:
             await self._copy_service_object(self.api[0])
             await self._copy_slices(self.api[0], [self.api[1]])
+        refresh = None
         if needs.token is not None:
-            return await self._token(pod, needs.token)
-        if needs.identity:
+            refresh = await self._token(pod, needs.token)
+        elif needs.identity:
             await self._identity(pod)
-        return None
+        if needs.identity:
+            await self._follow_view(pod)
+        return refresh
 
     async def _upsert(self, kind: str, obj: Obj, cache: dict[str, Obj]) -> None:
         want = copy_of(obj, self.b, kind)
@@ -264,8 +269,9 @@ class Copies:
         return self.token_refresh_at * (expires - now)
 
     def _identity_secret(self, pod: Obj, extra: dict[str, str]) -> Obj:
-        """The pod's compute Secret (``token_secret_name``): its tenant namespace, name and UID, which its
-        downward-API files read (translate.py ``IDENTITY_KEYS``), and ``extra`` (its token)."""
+        """The pod's compute Secret (``token_secret_name``): its tenant namespace, name, UID, labels and
+        annotations, which its downward-API files read (translate.py ``IDENTITY_KEYS``, ``pod_view``), and
+        ``extra`` (its token)."""
         meta = pod["metadata"]
         return {
             "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
@@ -273,7 +279,7 @@ class Copies:
                          "labels": {**naming.owner_labels(self.b.tenant, self.b.node, meta["namespace"], meta["uid"]),
                                     naming.KIND_LABEL: "ServiceAccountToken"},
                          "annotations": {naming.UPSTREAM_NAME_ANNOTATION: meta["name"]}},
-            "stringData": {**extra, "namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"]},
+            "stringData": {**extra, **pod_view(pod)},
         }
 
     async def _identity(self, pod: Obj) -> None:
@@ -288,6 +294,20 @@ class Copies:
             return
         body["metadata"]["resourceVersion"] = have["metadata"]["resourceVersion"]
         self.caches.compute_secrets.remember(await self.compute.put(f"{url}/{name}", body), replaces=have)
+
+    async def _follow_view(self, pod: Obj) -> None:
+        """A label or annotation the tenant changes on a live pod reaches its downward-API files, as the
+        kubelet rewrites them: the keys of the pod's Secret that differ are written."""
+        name = token_secret_name(self.b, pod)
+        have = self.caches.compute_secrets.store.get(f"{self.b.namespace}/{name}")
+        if have is None or not _of_pod(have, pod):
+            return  # being made (ensure, above), or an earlier pod's that is replaced first
+        data = have.get("data") or {}
+        stale = {k: v for k, v in pod_view(pod).items()
+                 if base64.b64decode(data.get(k, "")).decode(errors="replace") != v}
+        if stale:  # an update of the version read (a conflict is retried by the pod's reconcile)
+            self.caches.compute_secrets.remember(await self.compute.put(
+                path("", "v1", "secrets", self.b.namespace, name), {**have, "stringData": stale}), replaces=have)
 
     async def _create(self, url: str, want: Obj, cache: Informer) -> Obj | None:
         """Create ``want`` at ``url``, remembered in ``cache``: None; or, where it exists already (made

@@ -119,7 +119,7 @@ class Needs:
     secrets: set[str] = field(default_factory=set)
     token: Obj | None = None  # the projected serviceAccountToken source, if any
     subdomain: str | None = None
-    identity: bool = False  # a downward-API volume names the pod's name, namespace or UID (IDENTITY_KEYS)
+    identity: bool = False  # a downward-API volume names the pod's identity or metadata (IDENTITY_KEYS)
 
 
 # ----------------------------------------------------------------------------------------- gangs
@@ -205,8 +205,48 @@ def needs_of(pod: Obj) -> Needs:
     return out
 
 
-# what a downward-API file of the tenant pod's identity reads from the pod's Secret (its token's, Copies._token)
-IDENTITY_KEYS = {"metadata.namespace": "namespace", "metadata.name": "name", "metadata.uid": "uid"}
+# what a downward-API file of the tenant pod's identity and metadata reads from the pod's Secret (its token's,
+# Copies._token): the copy's own name is not the pod's, and its labels and annotations carry Kube-Ferry's keys
+IDENTITY_KEYS = {"metadata.namespace": "namespace", "metadata.name": "name", "metadata.uid": "uid",
+                 "metadata.labels": "labels", "metadata.annotations": "annotations"}
+
+
+def pod_view(pod: Obj) -> dict[str, str]:
+    """The files of ``IDENTITY_KEYS`` as the kubelet would write them for the tenant pod: its name, namespace
+    and UID, and its own labels and annotations (``followed``: those the copy follows), one ``key="value"``
+    line each, sorted by key."""
+    meta = pod["metadata"]
+    labels, annotations = followed(meta)
+    return {"namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"],
+            "labels": _kubelet_map(labels), "annotations": _kubelet_map(annotations)}
+
+
+def _kubelet_map(items: dict[str, str]) -> str:
+    """A map as the kubelet writes it to a downward-API file (Go's ``%v=%q`` per key, sorted, newline-joined)."""
+    return "\n".join(f"{k}={go_quote(v)}" for k, v in sorted(items.items()))
+
+
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v",
+               "\\": "\\\\", '"': '\\"'}
+
+
+def go_quote(text: str) -> str:
+    """Go's ``strconv.Quote``: printable characters as they are (Python's ``isprintable`` is Go's ``IsPrint``),
+    the C escapes, and any other character as ``\\x``, ``\\u`` or ``\\U`` with its code."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[ch])
+        elif ch.isprintable():
+            out.append(ch)
+        elif code < 0x80:
+            out.append(f"\\x{code:02x}")
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    return '"' + "".join(out) + '"'
 
 
 def _names_identity(dapi: Obj | None) -> bool:
@@ -403,8 +443,8 @@ def _projected(src: Obj, cms: dict[str, str], secs: dict[str, str], token: str) 
 
 
 def _downward(dapi: Obj, token: str) -> list[Obj]:
-    """Projected sources for downward-API items: the pod's name, namespace and UID as the tenant pod's,
-    from its Secret; the rest (labels, annotations, resources) as the compute copy's."""
+    """Projected sources for downward-API items: the pod's name, namespace, UID, labels and annotations as the
+    tenant pod's, from its Secret; the rest (its resources) as the compute copy's."""
     items = dapi.get("items") or []
     mine = [i for i in items if (i.get("fieldRef") or {}).get("fieldPath") in IDENTITY_KEYS]
     rest = [i for i in items if i not in mine]

@@ -43,8 +43,9 @@ GPU_LIMITS = ("1", "1", "0", "2", "64", "-1", "1.5", "abc", "1Ki")
 HOSTILE = (None, None, "hostPath", "privileged", "hostNetwork", "capabilities", "hostPort", "unsupportedVolume",
            "seccompUnconfined", "unsafeSysctl", "procMount")
 
-# where a pod says it may run: met by the virtual node and the compute nodes, met by no node, one per node
-PLACEMENT = (None, None, None, "affinity", "affinityNowhere", "antiAffinity")
+# where a pod says it may run: met by the virtual node and the compute nodes, met by no node, one per node,
+# together in a rack, together by a label no node has
+PLACEMENT = (None, None, None, "affinity", "affinityNowhere", "antiAffinity", "together", "togetherNowhere")
 
 
 def _placement(body: Obj, kind: str | None) -> None:
@@ -57,6 +58,11 @@ def _placement(body: Obj, kind: str | None) -> None:
         body["metadata"].setdefault("labels", {})["app"] = "apart"
         body["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
             {"labelSelector": {"matchLabels": {"app": "apart"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    elif kind in ("together", "togetherNowhere"):
+        body["metadata"].setdefault("labels", {})["app"] = "close"
+        key = "kubeferry.io/topology-domain" if kind == "together" else "example.com/no-such-label"
+        body["spec"]["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "close"}}, "topologyKey": key}]}}
 
 
 def _hostile(spec: Obj, kind: str | None) -> None:

@@ -116,6 +116,43 @@ async def test_pod_with_configmap_secret_and_token_runs_and_succeeds(
     assert (await compute_pod_of(compute_api, "tenant-1", uid)).status.phase == "Succeeded"
 
 
+async def test_downward_api_files_show_the_tenant_pods_labels_and_annotations_and_follow_their_changes(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """A podinfo volume (labels, annotations, name) reads the tenant pod's own metadata, written as a kubelet
+    writes it, not the copy's (whose name differs and whose labels carry Kube-Ferry's keys); a label the
+    tenant adds to the running pod reaches the file, as the kubelet rewrites it."""
+    core, ccore = client.CoreV1Api(tenant_api), client.CoreV1Api(compute_api)
+    body = tenant_pod("podinfo", automountServiceAccountToken=False)
+    body["metadata"]["labels"] = {"app": "web", "tier": "front"}
+    body["metadata"]["annotations"]["example.com/owner"] = 'ops "team"'
+    body["spec"]["volumes"] = [{"name": "podinfo", "downwardAPI": {"items": [
+        {"path": f, "fieldRef": {"fieldPath": f"metadata.{f}"}} for f in ("labels", "annotations", "name")]}}]
+    body["spec"]["containers"][0]["volumeMounts"] = [{"name": "podinfo", "mountPath": "/etc/podinfo"}]
+    uid = (await core.create_namespaced_pod(tenant_ns, body)).metadata.uid
+    await eventually(lambda: _with_phase(core, tenant_ns, "podinfo", "Running"), timeout=30, what="Running")
+    cpod = await compute_pod_of(compute_api, "tenant-1", uid)
+    assert cpod is not None
+    (vol,) = [v for v in cpod.spec.volumes if v.name == "podinfo"]
+    (source,) = vol.projected.sources
+    assert {i.path: i.key for i in source.secret.items} == {f: f for f in ("labels", "annotations", "name")}
+
+    async def files() -> dict[str, str]:
+        data = (await ccore.read_namespaced_secret(source.secret.name, "tenant-1")).data
+        return {k: base64.b64decode(data[k]).decode() for k in ("labels", "annotations", "name")}
+
+    seen = await files()
+    assert seen["labels"] == 'app="web"\ntier="front"', seen
+    assert 'example.com/owner="ops \\"team\\""' in seen["annotations"].splitlines(), seen
+    assert seen["name"] == "podinfo" and "kubeferry.io" not in seen["labels"] + seen["annotations"]
+    await core.patch_namespaced_pod("podinfo", tenant_ns, {"metadata": {"labels": {"role": "leader"}}})
+
+    async def followed() -> dict[str, str] | None:
+        now = await files()
+        return now if now["labels"] == 'app="web"\nrole="leader"\ntier="front"' else None
+
+    await eventually(followed, timeout=30, what="the label in the pod's downward-API file")
+
+
 async def _sa_exists(core: client.CoreV1Api, ns: str) -> bool:
     try:
         await core.read_namespaced_service_account("default", ns)

@@ -26,8 +26,10 @@ from vnode.translate import (
     compute_pod,
     compute_service,
     gang_of,
+    go_quote,
     metadata_patch,
     needs_of,
+    pod_view,
     refusal,
     role_of,
 )
@@ -244,24 +246,50 @@ def test_references_are_renamed_to_copies_and_the_token_comes_from_the_tenant() 
     assert out["spec"]["subdomain"] == naming.compute_name("tenant-1", "ml", "job")
 
 
-def test_downward_api_files_of_the_pods_identity_come_from_its_secret_the_rest_from_the_copy() -> None:
-    """A kubelet writes the pod's own name, namespace and UID; the copy's are other, so those files are
-    projected from the pod's Secret (the one of its token), mode and defaultMode kept."""
+def test_downward_api_files_of_the_pods_identity_and_metadata_come_from_its_secret_the_rest_from_the_copy() -> None:
+    """A kubelet writes the pod's own name, namespace, UID, labels and annotations; the copy's are other (its
+    name, and Kube-Ferry's keys among its labels), so those files are projected from the pod's Secret (the
+    one of its token), mode and defaultMode kept; its resources are the copy's."""
     info = {"name": "info", "downwardAPI": {"defaultMode": 0o440, "items": [
         {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}, "mode": 0o400},
         {"path": "uid", "fieldRef": {"fieldPath": "metadata.uid"}},
-        {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}}
-    labels = {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}
-    plain = {"name": "plain", "downwardAPI": {"items": [labels]}}
-    pod = tenant_pod(volumes=[info, plain])
+        {"path": "cpu", "resourceFieldRef": {"containerName": "main", "resource": "limits.cpu"}}]}}
+    plain = {"name": "plain", "downwardAPI": {"items": [
+        {"path": "cpu", "resourceFieldRef": {"containerName": "main", "resource": "limits.cpu"}}]}}
+    labels = {"name": "labels", "downwardAPI": {"items": [
+        {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+        {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}]}}
+    pod = tenant_pod(volumes=[info, plain, labels])
     assert needs_of(pod).identity and not needs_of(tenant_pod(volumes=[plain])).identity
+    assert needs_of(tenant_pod(volumes=[labels])).identity
     vols = {v["name"]: v for v in compute_pod(pod, B)["spec"]["volumes"]}
     secret = naming.compute_name("tenant-1", "ml", "job-worker-0") + "-sa-token"
     assert vols["info"] == {"name": "info", "projected": {"defaultMode": 0o440, "sources": [
-        {"downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+        {"downwardAPI": {"items": [info["downwardAPI"]["items"][2]]}},  # type: ignore[index]
         {"secret": {"name": secret, "items": [{"key": "name", "path": "name", "mode": 0o400},
                                               {"key": "uid", "path": "uid"}]}}]}}
-    assert vols["plain"] == plain, "labels only: the copy's own downward API"
+    assert vols["plain"] == plain, "resources only: the copy's own downward API"
+    assert vols["labels"] == {"name": "labels", "projected": {"sources": [
+        {"secret": {"name": secret, "items": [{"key": "labels", "path": "labels"},
+                                              {"key": "annotations", "path": "annotations"}]}}]}}
+
+
+def test_the_pods_secret_holds_its_labels_and_annotations_as_the_kubelet_writes_them() -> None:
+    pod = tenant_pod()
+    pod["metadata"]["labels"] = {"team": "vision", "app": "train", "kubeferry.io/queue-hint": "x"}
+    pod["metadata"]["annotations"] = {"note": 'says "hi"\n\tand\\more', "kubeferry.io/gpu-milli": "500"}
+    view = pod_view(pod)
+    assert view["labels"] == 'app="train"\nteam="vision"', "sorted, quoted, Kube-Ferry's keys not the tenant's"
+    assert view["annotations"] == 'note="says \\"hi\\"\\n\\tand\\\\more"'
+    assert (view["name"], view["namespace"], view["uid"]) == ("job-worker-0", "ml", "u-1")
+
+
+@pytest.mark.parametrize(("text", "go"), [
+    ("plain", '"plain"'), ('q"b\\s', '"q\\"b\\\\s"'), ("é日本🙂", '"é日本🙂"'), ("\x01\x7f", '"\\x01\\x7f"'),
+    ("\u00a0\u0085", '"\\u00a0\\u0085"'), ("\U000e0001", '"\\U000e0001"'), ("\a\b\f\r\v", '"\\a\\b\\f\\r\\v"'),
+])
+def test_go_quote_is_strconv_quote(text: str, go: str) -> None:
+    assert go_quote(text) == go
 
 
 @pytest.mark.parametrize(("patch", "words"), [
