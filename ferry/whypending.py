@@ -37,6 +37,9 @@ HINTS = (
     ("(required pod affinity)", "its replicas must run together on one node (or zone) and no node or zone of the "
                                 "compute cluster could hold them all: ask for fewer or smaller replicas, or keep "
                                 "them together by a wider topology key"),
+    ("(topology spread constraint)", "its replicas must spread by a node label no compute node that could hold "
+                                     "them carries: spread by one the compute cluster's nodes have "
+                                     "(kubernetes.io/hostname, a zone)"),
     ("cannot be scheduled", "no node of the compute cluster could ever hold it: ask for less (GPUs per replica, "
                             "CPU, memory) or for GPU models and labels that exist"),
     ("waiting for a node", "the nodes that could hold it are cordoned or not Ready: it starts when one is "

@@ -315,7 +315,7 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
     annotations[FOLLOWED_ANNOTATION] = _followed_keys(*followed(meta))
 
     for key in ("nodeName", "priority", "priorityClassName", "preemptionPolicy", "serviceAccount",
-                "serviceAccountName", "topologySpreadConstraints", "schedulingGates", "ephemeralContainers",
+                "serviceAccountName", "schedulingGates", "ephemeralContainers",
                 "runtimeClassName", "overhead", "readinessGates"):
         spec.pop(key, None)
     spec["schedulerName"] = SCHEDULER_NAME

@@ -126,6 +126,17 @@ class Together(PodTerm):
     a group), on a node that has the label."""
 
 
+@dataclass(frozen=True, slots=True)
+class Spread(PodTerm):
+    """A topology spread constraint that may not be broken (``whenUnsatisfiable: DoNotSchedule``): a
+    replica with it goes only to a domain where the replicas the term selects would then number at most
+    ``max_skew`` more than in the emptiest domain its node selector and affinity admit (counted as 0 while
+    fewer than ``min_domains`` such domains exist), on a node that has the label."""
+
+    max_skew: int = 1
+    min_domains: int = 1
+
+
 def describe_affinity(terms: AffinityTerms) -> str:
     """Terms as a user reads them in a pending reason."""
     return " or ".join(" and ".join(map(str, term)) or "(an empty term)" for term in terms)
@@ -144,7 +155,8 @@ class Request:
     affinity: AffinityTerms = ()  # its required node affinity; none: any node
     apart: frozenset[Apart] = frozenset()  # its required anti-affinities among its job's replicas
     together: frozenset[Together] = frozenset()  # its required pod affinities among its job's replicas
-    marks: frozenset[str] = frozenset()  # the terms of its job's pod (anti-)affinities that select it
+    spread: frozenset[Spread] = frozenset()  # its topology spread constraints among its job's replicas
+    marks: frozenset[str] = frozenset()  # the terms of its job's pod (anti-)affinities and spreads that select it
 
     def __post_init__(self) -> None:
         if self.cpu_milli < 0 or self.mem_mib < 0 or self.gpus < 0:

@@ -27,6 +27,7 @@ from scheduler.core.model import (
     Replica,
     ReplicaPhase,
     Request,
+    Spread,
     Together,
 )
 from scheduler.core.nodeclasses import ClassIndex, Filing, Members, NodeState
@@ -417,12 +418,15 @@ class Placer:
     def confined(self, job: Job, req: Request, excluded: frozenset[str]) -> frozenset[str]:
         """``off_limits`` and, for a replica with a pod affinity among its job's replicas, the nodes outside
         the domains of the bound replicas that term selects (while none is bound and the term selects the
-        replica itself, only the nodes without the term's label: it may start a domain)."""
+        replica itself, only the nodes without the term's label: it may start a domain); for one with a
+        topology spread constraint, the nodes of domains it would skew too far (``_skewed``)."""
         out = self.off_limits(job, req, excluded)
-        if not req.together:
+        if not req.together and not req.spread:
             return out
         nodes = self.cluster.nodes
         barred: set[str] = set()
+        for sp in req.spread:
+            barred |= self._skewed(job, req, sp)
         for t in req.together:
             held = self._held_domains(job, t)
             if not held and t.term in req.marks:
@@ -432,6 +436,23 @@ class Placer:
             else:
                 barred |= {n.name for n in nodes.values() if t.domain(n) not in held}
         return out | barred if barred else out
+
+    def _skewed(self, job: Job, req: Request, sp: Spread) -> set[str]:
+        """The nodes a replica with spread constraint ``sp`` may not use, as kube-scheduler's PodTopologySpread
+        filter reads it: those without the label, and those of a domain whose count of the job's bound
+        replicas the term selects (with this one, if it selects it) would exceed the count of the emptiest
+        domain the replica's selector and affinity admit by more than ``max_skew``."""
+        tasks, nodes = job.task_by_name, self.cluster.nodes
+        counts: dict[str, int] = defaultdict(int)
+        for r in job.replicas:
+            node = nodes.get(r.node) if r.phase is ReplicaPhase.BOUND and r.node else None
+            if node is not None and sp.term in tasks[r.task].request.marks and (d := sp.domain(node)) is not None:
+                counts[d] += 1
+        eligible = {d for n in nodes.values() if n.schedulable and (d := sp.domain(n)) is not None and req.admits(n)}
+        least = min((counts[d] for d in eligible), default=0) if len(eligible) >= sp.min_domains else 0
+        mine = 1 if sp.term in req.marks else 0
+        return {n.name for n in nodes.values()
+                if (d := sp.domain(n)) is None or counts[d] + mine - least > sp.max_skew}
 
     def _held_domains(self, job: Job, term: PodTerm) -> set[str]:
         """The domains of ``term`` that hold a bound replica of ``job`` the term selects."""

@@ -50,6 +50,7 @@ from scheduler.core.model import (
     ReplicaPhase,
     Request,
     SelectorOp,
+    Spread,
     Task,
     Tier,
     Together,
@@ -179,34 +180,59 @@ def node_affinity(spec: Obj) -> AffinityTerms:
     return tuple(terms)
 
 
-def own_pod_terms(first: Mapping[str, Obj]) -> dict[str, tuple[frozenset[Apart], frozenset[Together], frozenset[str]]]:
-    """Task -> its required pod anti-affinities and pod affinities among the job's own pods, and the job's
-    terms that select it, from one pod of each task (``first``): what the core keeps apart (``Apart``) and
-    together (``Together``). A term that selects none of the job's pods is about other pods, which
-    placement does not weigh (README, Limitations)."""
-    # task -> (affinity or not, term as written, topology key, selector)
-    terms: dict[str, list[tuple[bool, str, str, Obj]]] = {}
+class OwnTerms(NamedTuple):
+    """What a task states about where it runs beside the other pods of its job (``Request``'s fields)."""
+
+    apart: frozenset[Apart]
+    together: frozenset[Together]
+    spread: frozenset[Spread]
+    marks: frozenset[str]  # the job's terms that select the task's pods
+
+
+def own_pod_terms(first: Mapping[str, Obj]) -> dict[str, OwnTerms]:
+    """Task -> its required pod anti-affinities, pod affinities and topology spread constraints that may not
+    be broken, among the job's own pods, and the job's terms that select it, from one pod of each task
+    (``first``). A term that selects none of the job's pods is about other pods, which placement does not
+    weigh (README, Limitations)."""
+    # task -> (what the core makes of it, term as written, selector)
+    terms: dict[str, list[tuple[Apart | Together | Spread, str, Obj | None]]] = {}
     for task, pod in first.items():
         affinity = pod.get("spec", {}).get("affinity") or {}
-        own_ns = pod["metadata"].get("namespace")
-        terms[task] = [(kind == "podAffinity", json.dumps(t, sort_keys=True), str(t.get("topologyKey") or ""),
-                        t.get("labelSelector"))
-                       for kind in ("podAntiAffinity", "podAffinity")
-                       for t in (affinity.get(kind) or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or []
-                       if t.get("topologyKey") and _in_own_namespace(t, own_ns)]
-    selectors = {term: sel for ts in terms.values() for _, term, _, sel in ts}
+        own_ns, labels = pod["metadata"].get("namespace"), pod["metadata"].get("labels") or {}
+        terms[task] = []
+        for kind, make in (("podAntiAffinity", Apart), ("podAffinity", Together)):
+            for t in (affinity.get(kind) or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or []:
+                if t.get("topologyKey") and _in_own_namespace(t, own_ns):
+                    term = json.dumps(t, sort_keys=True)
+                    terms[task].append((make(term, str(t["topologyKey"])), term, t.get("labelSelector")))
+        for c in pod.get("spec", {}).get("topologySpreadConstraints") or []:
+            if c.get("whenUnsatisfiable") == "DoNotSchedule" and c.get("topologyKey"):
+                sel = _with_label_keys(c, labels)  # each pod counts the pods its own labels pick: a term of its own
+                term = json.dumps({**c, "labelSelector": sel}, sort_keys=True)
+                terms[task].append((Spread(term, str(c["topologyKey"]), int(c.get("maxSkew") or 1),
+                                           int(c.get("minDomains") or 1)), term, sel))
+    selectors = {term: sel for ts in terms.values() for _, term, sel in ts}
     selected = {task: frozenset(term for term, sel in selectors.items()
                                 if label_selector_selects(sel, pod["metadata"].get("labels") or {}))
                 for task, pod in first.items()}
-    out: dict[str, tuple[frozenset[Apart], frozenset[Together], frozenset[str]]] = {}
+    out: dict[str, OwnTerms] = {}
     for task in first:
-        own = [(together, term, key) for together, term, key, _ in terms[task]
-               if any(term in marks for marks in selected.values())]
-        apart = frozenset(Apart(term, key) for together, term, key in own if not together)
-        close = frozenset(Together(term, key) for together, term, key in own if together)
-        if apart or close or selected[task]:
-            out[task] = (apart, close, selected[task])
+        own = [made for made, term, _ in terms[task] if any(term in marks for marks in selected.values())]
+        found = OwnTerms(frozenset(m for m in own if isinstance(m, Apart)),
+                         frozenset(m for m in own if isinstance(m, Together)),
+                         frozenset(m for m in own if isinstance(m, Spread)), selected[task])
+        if any(found):
+            out[task] = found
     return out
+
+
+def _with_label_keys(constraint: Obj, labels: Mapping[str, str]) -> Obj | None:
+    """A spread constraint's selector with its ``matchLabelKeys`` (the pod's values of those labels) ANDed in."""
+    selector, keys = constraint.get("labelSelector"), constraint.get("matchLabelKeys") or []
+    if selector is None or not keys:
+        return selector
+    extra = {k: labels[k] for k in keys if k in labels}
+    return {**selector, "matchLabels": {**(selector.get("matchLabels") or {}), **extra}}
 
 
 def _in_own_namespace(term: Obj, namespace: str | None) -> bool:
@@ -587,7 +613,7 @@ def _shape(pods: list[Obj], group: Obj | None, namespace_queue: str | None) -> J
                           f"{TASK_LABEL} label")
         (req,) = requests
         if task in own_terms:
-            req = replace(req, apart=own_terms[task][0], together=own_terms[task][1], marks=own_terms[task][2])
+            req = replace(req, **own_terms[task]._asdict())
         tasks.append((task, len(task_pods), req, min_task.get(task)))
         for i, p in enumerate(task_pods):
             by_replica[(task, i)] = p

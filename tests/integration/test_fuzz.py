@@ -44,8 +44,9 @@ HOSTILE = (None, None, "hostPath", "privileged", "hostNetwork", "capabilities", 
            "seccompUnconfined", "unsafeSysctl", "procMount")
 
 # where a pod says it may run: met by the virtual node and the compute nodes, met by no node, one per node,
-# together in a rack, together by a label no node has
-PLACEMENT = (None, None, None, "affinity", "affinityNowhere", "antiAffinity", "together", "togetherNowhere")
+# together in a rack, together by a label no node has, spread over nodes
+PLACEMENT = (None, None, None, "affinity", "affinityNowhere", "antiAffinity", "together", "togetherNowhere",
+             "spread")
 
 
 def _placement(body: Obj, kind: str | None) -> None:
@@ -63,6 +64,11 @@ def _placement(body: Obj, kind: str | None) -> None:
         key = "kubeferry.io/topology-domain" if kind == "together" else "example.com/no-such-label"
         body["spec"]["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
             {"labelSelector": {"matchLabels": {"app": "close"}}, "topologyKey": key}]}}
+    elif kind == "spread":
+        body["metadata"].setdefault("labels", {})["app"] = "even"
+        body["spec"]["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                                                      "whenUnsatisfiable": "DoNotSchedule",
+                                                      "labelSelector": {"matchLabels": {"app": "even"}}}]
 
 
 def _hostile(spec: Obj, kind: str | None) -> None:

@@ -709,6 +709,61 @@ async def test_a_gangs_pod_affinity_keeps_it_in_one_zone_and_a_gang_no_node_hold
                                                                         "ferry-test-fill": None}}})
 
 
+async def test_a_gangs_topology_spread_holds_in_the_compute_cluster_and_one_by_a_missing_label_is_told_so(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """A gang's topology spread constraint among its own pods (DoNotSchedule) is kept on its copies and
+    holds: four replicas over two zones, two each, where binpacking alone stacks them on one node; a gang
+    that spreads by a label no compute node has waits, told why on its tenant pods."""
+    core = client.CoreV1Api(tenant_api)
+    compute = client.CoreV1Api(compute_api)
+    await _top_priority_class(tenant_api)
+
+    def member(name: str, group: str, key: str) -> dict[str, Any]:
+        body = operator_pod(name, scheduler="volcano", labels={"app": group},
+                            annotations={"scheduling.k8s.io/group-name": group})
+        body["spec"]["nodeSelector"] = {"ferry-test": tenant_ns}
+        body["spec"]["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": key,
+                                                      "whenUnsatisfiable": "DoNotSchedule",
+                                                      "labelSelector": {"matchLabels": {"app": group}}}]
+        return body
+
+    groups = {"even": (4, "ferry-test-zone"), "nowhere": (2, "example.com/no-such-label")}
+    for name, (size, _) in groups.items():
+        await client.CustomObjectsApi(tenant_api).create_namespaced_custom_object(
+            "scheduling.volcano.sh", "v1beta1", tenant_ns, "podgroups",
+            {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": {"name": name},
+             "spec": {"minMember": size}})
+    async with reserved_node(compute_api, tenant_ns) as a, reserved_node(compute_api, tenant_ns) as b:
+        zones = {a: "x", b: "y"}
+        for node, zone in zones.items():
+            await compute.patch_node(node, {"metadata": {"labels": {"ferry-test-zone": zone}}})
+        try:
+            uids = []
+            for name, (size, key) in groups.items():
+                for i in range(size):
+                    uids.append((await core.create_namespaced_pod(tenant_ns, member(f"{name}-{i}", name, key)))
+                                .metadata.uid)
+
+            async def even_runs() -> bool:
+                return all([await _with_phase(core, tenant_ns, f"even-{i}", "Running") for i in range(4)])
+
+            await eventually(even_runs, what="the gang that spreads Running")
+            copies = [await compute_pod_of(compute_api, "tenant-1", uid) for uid in uids[:4]]
+            placed = sorted(zones[cp.spec.node_name] for cp in copies if cp is not None)
+            assert placed == ["x", "x", "y", "y"], placed
+            assert copies[0] is not None and copies[0].spec.topology_spread_constraints[0].max_skew == 1
+
+            async def told() -> list[Any]:
+                return [e for e in await _events(core, tenant_ns, "nowhere-0", "FailedScheduling")
+                        if "spread by example.com/no-such-label (topology spread constraint)" in e.message]
+
+            await eventually(told, timeout=30, what="the gang spreading by a missing label told so")
+            assert (await core.read_namespaced_pod("nowhere-0", tenant_ns)).status.phase == "Pending"
+        finally:
+            for node in zones:
+                await compute.patch_node(node, {"metadata": {"labels": {"ferry-test-zone": None}}})
+
+
 async def _running_on(core: client.CoreV1Api, ns: str, name: str, node: str) -> bool:
     return bool((await core.read_namespaced_pod(name, ns)).spec.node_name == node)
 

@@ -19,6 +19,7 @@ from scheduler.core.model import (
     ReplicaPhase,
     Request,
     SelectorOp,
+    Spread,
     Task,
     Tier,
     Together,
@@ -702,6 +703,36 @@ def test_replicas_apart_by_zone_and_a_master_its_workers_keep_away(zones: tuple[
     zone = {r.task: c.nodes[r.node or ""].labels["zone"] for r in job.replicas if r.task == "master"}
     workers = [c.nodes[r.node or ""].labels["zone"] for r in job.replicas if r.task == "worker"]
     assert len(set(workers)) == 2 and zone["master"] not in workers
+
+
+def test_a_gang_that_spreads_over_zones_is_placed_evenly_and_binpacks_without_it() -> None:
+    c = cluster(_zoned("a", "b", "b"))
+    s = scheduler(c)
+    even = Spread("team", "zone", max_skew=1)
+    s.submit(_with_terms(gang("spread", "default", 4, 1), 0, spread=frozenset({even}), marks=frozenset({"team"})))
+    s.submit(gang("packed", "default", 4, 1, submit=1))
+    s.cycle(0)
+    zones = [c.nodes[r.node or ""].labels["zone"] for r in c.jobs["spread"].replicas]
+    assert sorted(zones) == ["a", "a", "b", "b"], zones
+    assert len({r.node for r in c.jobs["packed"].replicas}) == 1
+    # a skew of 3 lets the tightest node take three of them
+    c = cluster(_zoned("a", "b"))
+    s = scheduler(c)
+    loose = Spread("team", "zone", max_skew=3)
+    s.submit(_with_terms(gang("loose", "default", 4, 1), 0, spread=frozenset({loose}), marks=frozenset({"team"})))
+    s.cycle(0)
+    assert sorted(c.nodes[r.node or ""].labels["zone"] for r in c.jobs["loose"].replicas) == ["a", "a", "a", "b"]
+
+
+def test_a_gang_that_spreads_by_a_label_no_node_has_is_told_so() -> None:
+    s = scheduler(cluster([node("n1", 8)]))
+    by_rack = Spread("team", "rack")
+    s.submit(_with_terms(gang("spread", "default", 2, 1), 0, spread=frozenset({by_rack}), marks=frozenset({"team"})))
+    reason = s.reasons(s.cycle(0))["spread"]
+    assert reason == ("cannot be scheduled: its replicas spread by rack (topology spread constraint), and no "
+                      "schedulable node that could host them has that label"), reason
+    from ferry.whypending import hint_for
+    assert hint_for("FailedScheduling", reason).startswith("its replicas must spread by a node label")
 
 
 def test_a_gang_that_must_keep_apart_on_too_few_nodes_is_told_it_never_fits() -> None:

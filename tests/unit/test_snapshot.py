@@ -307,3 +307,22 @@ def test_a_jobs_pod_affinity_among_its_own_pods_keeps_them_together_and_other_te
     (zone,) = worker.together  # the cache term is about other pods
     assert zone.key == "zone" and master.marks == {zone.term} and not worker.marks
     assert not master.together and not worker.apart
+
+
+def test_a_jobs_spread_constraints_among_its_own_pods_are_kept_and_soft_ones_are_not() -> None:
+    hard = {"maxSkew": 2, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "train"}}, "matchLabelKeys": ["role"], "minDomains": 3}
+    soft = {**hard, "whenUnsatisfiable": "ScheduleAnyway", "topologyKey": "rack"}
+    pods = {}
+    for name, role in (("m", "master"), ("w0", "worker"), ("w1", "worker")):
+        p = _member(name, role, [], "spread")
+        p["spec"]["topologySpreadConstraints"] = [hard, soft]
+        pods[f"ns/{name}"] = p
+    group = {"metadata": {"name": "g", "namespace": "ns"}, "spec": {"minMember": 3}}
+    snap = build(NODES, pods, {"ns/g": group}, {}, 0.0, ShapeCache())
+    tasks = snap.cluster.jobs["ns/g"].task_by_name
+    master, worker = tasks["master"].request, tasks["worker"].request
+    (spread,), (by_master,) = worker.spread, master.spread
+    assert (spread.key, spread.max_skew, spread.min_domains) == ("zone", 2, 3)
+    # matchLabelKeys: each role's constraint counts the pods of its own role
+    assert worker.marks == {spread.term} and master.marks == {by_master.term} and spread != by_master

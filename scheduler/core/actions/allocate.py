@@ -11,7 +11,18 @@ from collections.abc import Iterable
 from typing import TypeVar
 
 from scheduler.core.framework import Action, Session, ShapeKey
-from scheduler.core.model import GPU_MILLI, HOSTNAME_KEY, Job, JobPhase, Node, PodTerm, Request, Tier, describe_affinity
+from scheduler.core.model import (
+    GPU_MILLI,
+    HOSTNAME_KEY,
+    Job,
+    JobPhase,
+    Node,
+    PodTerm,
+    Request,
+    Spread,
+    Tier,
+    describe_affinity,
+)
 from scheduler.core.placement import Placement
 
 T = TypeVar("T", bound=PodTerm)
@@ -226,24 +237,28 @@ def _too_few_domains(job: Job, nodes: Iterable[Node]) -> str | None:
 
 
 def _no_domain_holds(job: Job, nodes: Iterable[Node]) -> str | None:
-    """Why the job's replicas that keep together (a required pod affinity among them) could never all start:
-    no domain of the term's key holds, empty, the GPUs of as many of them as the job's minimum. None for a
-    job that states none."""
+    """Why the job's replicas that keep together (a required pod affinity among them) or spread (a topology
+    spread constraint) could never all start: no schedulable node that could host them has the term's
+    label, or (together) no domain of it holds, empty, the GPUs of as many of them as the job's minimum.
+    None for a job that states none."""
     tasks = job.task_by_name
-    terms, minimum, schedulable = _own_terms(job, nodes, {t for task in job.tasks for t in task.request.together})
+    terms, minimum, schedulable = _own_terms(
+        job, nodes, {t for task in job.tasks for t in (*task.request.together, *task.request.spread)})
     for t in terms:
+        spread = isinstance(t, Spread)
+        what = "spread by" if spread else "keep together by"
+        rule = "topology spread constraint" if spread else "required pod affinity"
         group = [req for r in job.replicas for req in [tasks[r.task].request]
-                 if t in req.together or t.term in req.marks]
-        need = sum(sorted(req.gpu_total for req in group)[:max(minimum, 1)])
+                 if t in req.together or t in req.spread or t.term in req.marks]
         room: dict[str, int] = defaultdict(int)
         for n in schedulable:
             if (d := t.domain(n)) is not None and any(_unhostable(req, [n]) is None for req in set(group)):
                 room[d] += len(n.devices) * GPU_MILLI
-        where = "one node" if t.key == HOSTNAME_KEY else f"one value of node label {t.key}"
         if not room:
-            return (f"its replicas keep together by {t.key} (required pod affinity), and no schedulable node that "
-                    f"could host them has that label")
-        if need > (largest := max(room.values())):
+            return f"its replicas {what} {t.key} ({rule}), and no schedulable node that could host them has that label"
+        need = sum(sorted(req.gpu_total for req in group)[:max(minimum, 1)])
+        where = "one node" if t.key == HOSTNAME_KEY else f"one value of node label {t.key}"
+        if not spread and need > (largest := max(room.values())):
             return (f"its replicas keep together by {t.key} (required pod affinity), so they need {need / 1000:g} "
                     f"GPUs on {where} and the largest schedulable has {largest / 1000:g}")
     return None
