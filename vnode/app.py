@@ -78,7 +78,8 @@ class Vnode:
         self.binder = Binder(cfg.node, cfg.served_schedulers, tenant, self.caches, self.pods.gangs,
                              kueue_present=KUEUE_WORKLOADS in tenant_crds)
         self.node = VirtualNode(cfg.node, cfg.tenant, cfg.node_ip, cfg.kubelet_port, tenant, self.caches,
-                                self.recorder, cfg.max_pods, cfg.heartbeat_s, cfg.unreachable_after_s)
+                                self.recorder, cfg.max_pods, cfg.heartbeat_s, cfg.unreachable_after_s,
+                                cfg.advertised_labels)
         self.events = WorkQueue("events", max_delay=5.0)
         self.groups = WorkQueue("groups", max_delay=5.0)
         self.backlog = Backlog()  # compute events waiting to be mirrored

@@ -8,7 +8,7 @@ import contextlib
 import sys
 from pathlib import Path
 
-from vnode.config import DEFAULT_SERVED
+from vnode.config import DEFAULT_ADVERTISED, DEFAULT_SERVED
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -22,6 +22,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--queue", default="", help="the tenant's compute Queue (default <tenant>)")
     p.add_argument("--served-schedulers", default=",".join(DEFAULT_SERVED),
                    help="scheduler names whose pods this vnode binds (comma-separated)")
+    p.add_argument("--advertise-labels", default=",".join(DEFAULT_ADVERTISED),
+                   help="node label keys (or prefixes ending in . or /) the virtual node carries when every GPU "
+                        "node of the compute cluster has the same value; empty: none")
     p.add_argument("--pod-security", default="baseline", choices=("privileged", "baseline", "restricted"))
     p.add_argument("--max-priority", type=int, default=0, help="highest priority a tenant pod may carry down")
     p.add_argument("--node-ip", default="127.0.0.1")
@@ -130,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
             tenant=args.tenant, tenant_kubeconfig=args.tenant_kubeconfig, compute_kubeconfig=args.compute_kubeconfig,
             node_name=args.node_name, compute_namespace=args.compute_namespace, queue=args.queue,
             served_schedulers=tuple(s for s in args.served_schedulers.split(",") if s),
+            advertised_labels=tuple(s for s in args.advertise_labels.split(",") if s),
             pod_security=args.pod_security, max_priority=args.max_priority, node_ip=args.node_ip,
             kubelet_port=args.kubelet_port, serving_cert=args.serving_cert, serving_key=args.serving_key,
             client_ca=args.client_ca, metrics_address=args.metrics_address, metrics_port=args.metrics_port,

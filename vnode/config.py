@@ -10,6 +10,10 @@ from vnode.podsecurity import PodSecurity
 from vnode.translate import Bridge
 
 DEFAULT_SERVED = ("kube-ferry", "volcano", "scheduler-plugins", "scheduler-plugins-scheduler")
+# node labels the virtual node carries when every GPU node of the compute cluster has the same value (a key,
+# or a prefix ending in "." or "/"): GPU feature discovery's, Kube-Ferry's GPU model, the region and zone
+DEFAULT_ADVERTISED = ("nvidia.com/gpu.", "nvidia.com/cuda.", "nvidia.com/mig.", "kubeferry.io/gpu-model",
+                      "topology.kubernetes.io/")
 
 
 class VnodeConfig(BaseModel):
@@ -20,6 +24,7 @@ class VnodeConfig(BaseModel):
     compute_namespace: str = ""  # default: the tenant's name
     queue: str = ""  # default: the tenant's name
     served_schedulers: tuple[str, ...] = DEFAULT_SERVED
+    advertised_labels: tuple[str, ...] = DEFAULT_ADVERTISED
     pod_security: PodSecurity = "baseline"
     max_priority: int = 0
     node_ip: str = "127.0.0.1"

@@ -17,6 +17,7 @@ from typing import Any
 import structlog
 
 from ferry.aio import wait_event
+from ferry.keys import PREFIX
 from ferry.kube import quantity
 from ferry.kube.rest import Rest, path, status_of
 from ferry.kube.timestamps import now
@@ -36,6 +37,7 @@ TENANT_ACCESS = "TenantClusterAccess"
 RBAC_HINT = "apply the vnode's RBAC of this release (manifests/tenant/rbac-vnode.yaml) before its Deployment"
 VERSION = "v1.36.3-kube-ferry"
 LEASE_S = 40
+ADVERTISED_ANNOTATION = PREFIX + "advertised-labels"  # on the Node: the keys ``advertise_labels`` wrote
 log = structlog.get_logger("ferry.vnode.node")
 
 
@@ -43,9 +45,7 @@ def capacity(nodes: list[Obj], queue: Obj | None, max_pods: int) -> dict[str, st
     """Sum of Ready compute nodes' allocatable, capped by the queue's maximum GPUs."""
     cpu_m = mem_mi = gpus = 0.0
     for n in nodes:
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in n.get("status", {}).get("conditions") or [])
-        if not ready or n.get("spec", {}).get("unschedulable"):
+        if not _ready(n) or n.get("spec", {}).get("unschedulable"):
             continue
         alloc = n.get("status", {}).get("allocatable") or {}
         cpu_m += quantity.milli(alloc.get("cpu", "0"))
@@ -56,6 +56,29 @@ def capacity(nodes: list[Obj], queue: Obj | None, max_pods: int) -> dict[str, st
         gpus = min(gpus, float(cap))
     return {"cpu": f"{max(int(cpu_m), 0)}m", "memory": f"{max(int(mem_mi), 0)}Mi",
             "nvidia.com/gpu": str(max(int(gpus), 0)), "pods": str(max_pods)}
+
+
+def advertised(nodes: list[Obj], keys: tuple[str, ...]) -> dict[str, str]:
+    """The labels every Ready, schedulable GPU node of the compute cluster carries with one value, among
+    ``keys`` (a key, or a prefix ending in "." or "/"): what the virtual node may say of itself, so a tenant
+    pod that selects GPU nodes by them (``nvidia.com/gpu.present``, a GPU product a Kueue ResourceFlavor
+    names) fits it. Its copy keeps the selector, which every such compute node meets."""
+    gpu_nodes = [n for n in nodes if _ready(n) and not n.get("spec", {}).get("unschedulable")
+                 and float((n.get("status", {}).get("allocatable") or {}).get("nvidia.com/gpu", 0) or 0) > 0]
+    if not gpu_nodes or not keys:
+        return {}
+
+    def wanted(key: str) -> bool:
+        return any(key == k or (k.endswith((".", "/")) and key.startswith(k)) for k in keys)
+
+    first = {k: v for k, v in (gpu_nodes[0].get("metadata", {}).get("labels") or {}).items() if wanted(k)}
+    return {k: v for k, v in first.items()
+            if all((n.get("metadata", {}).get("labels") or {}).get(k) == v for n in gpu_nodes[1:])}
+
+
+def _ready(node: Obj) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in node.get("status", {}).get("conditions") or [])
 
 
 class Outage:
@@ -84,7 +107,8 @@ def forbidden(why: str) -> bool:
 
 class VirtualNode:
     def __init__(self, name: str, tenant_label: str, ip: str, port: int, tenant: Rest, caches: Caches,
-                 recorder: Recorder, max_pods: int, heartbeat_s: float, unreachable_after_s: float = 10.0) -> None:
+                 recorder: Recorder, max_pods: int, heartbeat_s: float, unreachable_after_s: float = 10.0,
+                 advertise: tuple[str, ...] = ()) -> None:
         self.name = name
         self.tenant_label = tenant_label
         self.ip = ip
@@ -100,6 +124,8 @@ class VirtualNode:
         self._uid = ""
         self.compute_outage = Outage(unreachable_after_s)
         self.tenant_outage = Outage(unreachable_after_s)
+        self.advertise = advertise
+        self._advertised: dict[str, str] | None = None  # as last written (None: not yet this run)
 
     def _object(self) -> Obj:
         return {
@@ -176,6 +202,27 @@ class VirtualNode:
         """Whether the node last said the tenant API answers (None: nothing reported yet)."""
         return None if self._reported is None else self._reported[2]
 
+    async def advertise_labels(self) -> None:
+        """Carry ``advertised`` labels of the compute cluster, and no longer those it stopped sharing (the keys
+        written are recorded on the Node, so a restarted vnode removes what an earlier run wrote)."""
+        if not self.caches.compute_nodes.synced.is_set():
+            return
+        want = advertised(list(self.caches.compute_nodes.store.values()), self.advertise)
+        if want == self._advertised:
+            return
+        url = path("", "v1", "nodes", None, self.name)
+        node = await self.rest.get(url)
+        meta = node.get("metadata", {})
+        before = [k for k in (meta.get("annotations") or {}).get(ADVERTISED_ANNOTATION, "").split(",") if k]
+        labels: dict[str, str | None] = {k: None for k in before if k not in want}
+        labels |= want
+        await self.rest.patch(url, {"metadata": {"labels": labels, "annotations": {
+            ADVERTISED_ANNOTATION: ",".join(sorted(want))}}})
+        if want != {k: v for k, v in (meta.get("labels") or {}).items() if k in before}:
+            log.info("virtual node labels follow the compute cluster's GPU nodes", labels=want,
+                     removed=sorted(k for k, v in labels.items() if v is None))
+        self._advertised = want
+
     async def update_status(self, force: bool = False) -> None:
         reachable, why = self.compute_outage.check(self.caches.compute_error())
         denied = self.tenant_denied()
@@ -230,6 +277,7 @@ class VirtualNode:
                 if not self.registered.is_set():
                     await self.register()
                 await self._renew_lease()
+                await self.advertise_labels()
                 force = loop.time() - last_full > 60
                 await self.update_status(force=force)
                 if force:

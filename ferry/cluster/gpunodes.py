@@ -7,6 +7,7 @@ from typing import Any
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MODEL_LABEL = "kubeferry.io/gpu-model"
+DEFAULT_MODEL = "A100-SXM4-80GB"
 DOMAIN_LABEL = "kubeferry.io/topology-domain"
 TOPOLOGY_ANNOTATION = "kubeferry.io/gpu-topology"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
@@ -20,7 +21,7 @@ def nvlink_groups(gpus: int) -> list[list[int]]:
     return [list(range(i, min(i + size, gpus))) for i in range(0, gpus, size)] if gpus else []
 
 
-def gpu_node(index: int, gpus: int, model: str = "A100-SXM4-80GB", prefix: str = "gpu-node") -> dict[str, Any]:
+def gpu_node(index: int, gpus: int, model: str = DEFAULT_MODEL, prefix: str = "gpu-node") -> dict[str, Any]:
     name = f"{prefix}-{index:04d}"
     resources = {
         "cpu": "64",

@@ -96,6 +96,7 @@ class NodeRequirement:
 
 
 AffinityTerms = tuple[tuple[NodeRequirement, ...], ...]  # ORed terms of ANDed requirements
+Preferences = tuple[tuple[int, tuple[NodeRequirement, ...]], ...]  # (weight, ANDed requirements) of preferred terms
 HOSTNAME_KEY = "kubernetes.io/hostname"
 
 
@@ -153,6 +154,7 @@ class Request:
     models: frozenset[str] = frozenset()
     selector: frozenset[tuple[str, str]] = frozenset()  # node labels the replica requires
     affinity: AffinityTerms = ()  # its required node affinity; none: any node
+    preferred: Preferences = ()  # its preferred node affinity: nodes of the highest weight first (``preference``)
     apart: frozenset[Apart] = frozenset()  # its required anti-affinities among its job's replicas
     together: frozenset[Together] = frozenset()  # its required pod affinities among its job's replicas
     spread: frozenset[Spread] = frozenset()  # its topology spread constraints among its job's replicas
@@ -171,6 +173,10 @@ class Request:
         required node affinity (terms ORed, a term's requirements ANDed; an empty term matches no node)."""
         return (all(node.labels.get(k) == v for k, v in self.selector)
                 and (not self.affinity or any(term and all(r.admits(node) for r in term) for term in self.affinity)))
+
+    def preference(self, node: Node) -> int:
+        """The summed weight of the preferred terms ``node`` meets (an empty term meets none, as in Kubernetes)."""
+        return sum(w for w, term in self.preferred if term and all(r.admits(node) for r in term))
 
     @property
     def selects(self) -> bool:

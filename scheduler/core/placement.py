@@ -391,6 +391,27 @@ class Placer:
         devices = self._devices(node, req, best[4])
         return None if devices is None else (node.name, devices)
 
+    def find_for(self, job: Job, req: Request, excluded: frozenset[str],
+                 domain: str | None = None) -> tuple[str, tuple[int, ...]] | None:
+        """``find`` for a replica of ``job``, within what its pod terms leave it (``confined``), and among the
+        nodes its preferred node affinity weighs most that have room (binpacking and topology decide among
+        those): a preference is met whenever it can be, not traded against a tighter fit."""
+        barred = self.confined(job, req, excluded)
+        if not req.preferred:
+            return self.find(req, barred, domain)
+        nodes = self.cluster.nodes
+        by_weight: dict[int, set[str]] = defaultdict(set)
+        for n in nodes.values():
+            if n.name not in barred:
+                by_weight[req.preference(n)].add(n.name)
+        if len(by_weight) <= 1:
+            return self.find(req, barred, domain)
+        for weight in sorted(by_weight, reverse=True):
+            found = self.find(req, frozenset(nodes.keys() - by_weight[weight]), domain)
+            if found is not None:
+                return found
+        return None
+
     def off_limits(self, job: Job, req: Request, excluded: frozenset[str]) -> frozenset[str]:
         """``excluded`` and the nodes a replica of ``req`` may not use by its job's pod anti-affinities: those
         in a domain of a bound replica of the job that it keeps away, or that keeps it away. A walk over the
@@ -448,7 +469,8 @@ class Placer:
             node = nodes.get(r.node) if r.phase is ReplicaPhase.BOUND and r.node else None
             if node is not None and sp.term in tasks[r.task].request.marks and (d := sp.domain(node)) is not None:
                 counts[d] += 1
-        eligible = {d for n in nodes.values() if n.schedulable and (d := sp.domain(n)) is not None and req.admits(n)}
+        # every node the replica's selector and affinity admit counts, cordoned or not (as nodeTaintsPolicy Ignore)
+        eligible = {d for n in nodes.values() if (d := sp.domain(n)) is not None and req.admits(n)}
         least = min((counts[d] for d in eligible), default=0) if len(eligible) >= sp.min_domains else 0
         mine = 1 if sp.term in req.marks else 0
         return {n.name for n in nodes.values()
@@ -515,8 +537,7 @@ class Placer:
         done: list[Placement] = []
         for replica in order:
             req = tasks[replica.task].request
-            found = self.find(req, self.confined(job, req, excluded | pin if group and replica.task in group
-                                                 else excluded), domain)
+            found = self.find_for(job, req, excluded | pin if group and replica.task in group else excluded, domain)
             if found is None:
                 self.unwind(job, done)
                 return None

@@ -44,6 +44,7 @@ from scheduler.core.model import (
     JobPhase,
     Node,
     NodeRequirement,
+    Preferences,
     Queue,
     QueueRights,
     Replica,
@@ -164,20 +165,27 @@ def _pod_request(pod: Obj) -> Request:
     spec = pod.get("spec", {})
     selector = frozenset((spec.get("nodeSelector") or {}).items())
     return Request(cpu_milli=cpu, mem_mib=mem, gpus=gpus, gpu_milli=milli, selector=selector,
-                   affinity=node_affinity(spec))
+                   affinity=node_affinity(spec), preferred=preferred_affinity(spec))
 
 
 def node_affinity(spec: Obj) -> AffinityTerms:
-    """A pod's required node affinity as the core checks it. Its preferred terms are not read: placement
-    orders nodes by binpacking and topology, not by a pod's preferences."""
+    """A pod's required node affinity as the core checks it."""
     required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
                 .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    terms = []
-    for term in required.get("nodeSelectorTerms") or []:
-        reqs = [_requirement(e, field=False) for e in term.get("matchExpressions") or []]
-        reqs += [_requirement(f, field=True) for f in term.get("matchFields") or []]
-        terms.append(tuple(reqs))
-    return tuple(terms)
+    return tuple(_node_term(term) for term in required.get("nodeSelectorTerms") or [])
+
+
+def preferred_affinity(spec: Obj) -> Preferences:
+    """A pod's preferred node affinity: (weight, requirements) of each term."""
+    preferred = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "preferredDuringSchedulingIgnoredDuringExecution") or []
+    return tuple((int(p.get("weight") or 0), _node_term(p.get("preference") or {})) for p in preferred)
+
+
+def _node_term(term: Obj) -> tuple[NodeRequirement, ...]:
+    reqs = [_requirement(e, field=False) for e in term.get("matchExpressions") or []]
+    reqs += [_requirement(f, field=True) for f in term.get("matchFields") or []]
+    return tuple(reqs)
 
 
 class OwnTerms(NamedTuple):

@@ -3,7 +3,8 @@ node started (as an admin adds it to a running cluster): the tenant's own quota 
 may start, and the admitted ones run through the virtual node.
 
 - Batch Jobs: Kueue suspends each Job of a LocalQueue until its ClusterQueue admits it, then lets it
-  go with its ResourceFlavor's node labels and tolerations (here: the virtual node's). With a quota of
+  go with its ResourceFlavor's node labels and tolerations (here: a GPU model's, which the virtual node
+  carries, since its compute GPU nodes share them, and the virtual node's own). With a quota of
   one job's GPUs, the second Job gets no pod until the first ends, and both complete.
 - Plain pods (Kueue's pod integration): Kueue's webhook gates each pod (``kueue.x-k8s.io/admission``) and
   lifts the gate on admission. For pods of a scheduler the vnode serves, the vnode binds them, and lifts
@@ -30,6 +31,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from ferry.binaries import Binaries
 from ferry.binaries.clients import KUEUE, ensure_operator
+from ferry.cluster.gpunodes import DEFAULT_MODEL, MODEL_LABEL
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
 from tests.helpers import controller_with_webhooks, eventually, install_crd, url_webhook
@@ -41,6 +43,9 @@ NODE = f"ferry-{TENANT}"
 TOLERATION = {"key": "virtual-kubelet.io/provider", "operator": "Exists", "effect": "NoSchedule"}
 WEBHOOKS = ("kueue-ferry-test-mutating", "kueue-ferry-test-validating")
 CLUSTER_QUEUE, FLAVOR = "ferry-test-gpus", "ferry-test-shared"
+# a flavor of one GPU model, as admins write them (GPU feature discovery's and Kube-Ferry's labels), met by the
+# virtual node, which carries the labels its compute GPU nodes share
+FLAVOR_LABELS = {"kubeferry.io/role": "virtual-node", "nvidia.com/gpu.present": "true", MODEL_LABEL: DEFAULT_MODEL}
 
 
 def webhook_configurations(port: int, ca: bytes) -> list[dict[str, Any]]:
@@ -95,7 +100,7 @@ def kueue(planes: ControlPlanes, binaries: Binaries, vnodes: dict[str, Component
                                       args=("--feature-gates=VisibilityOnDemand=false",)):
             objects = [
                 {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceFlavor", "metadata": {"name": FLAVOR},
-                 "spec": {"nodeLabels": {"kubeferry.io/role": "virtual-node"}, "tolerations": [TOLERATION]}},
+                 "spec": {"nodeLabels": FLAVOR_LABELS, "tolerations": [TOLERATION]}},
                 {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterQueue", "metadata": {"name": CLUSTER_QUEUE},
                  "spec": {"namespaceSelector": {}, "resourceGroups": [{
                      "coveredResources": ["nvidia.com/gpu"],
@@ -193,7 +198,7 @@ async def test_kueue_admits_a_tenants_jobs_by_its_quota_and_they_run_through_the
     except AssertionError as exc:
         raise AssertionError(f"{exc}; {await _state(tenant_api, tenant_ns)}") from None
     (pod,) = pods  # the other Job has no pod: it waits in Kueue, suspended
-    assert pod.spec.node_selector == {"kubeferry.io/role": "virtual-node"}  # the flavor's
+    assert pod.spec.node_selector == FLAVOR_LABELS  # the flavor's
     waiting = ({"first", "second"} - {pod.metadata.labels["job-name"]}).pop()
     assert (await batch.read_namespaced_job(waiting, tenant_ns)).spec.suspend is True
 

@@ -153,6 +153,32 @@ async def test_downward_api_files_show_the_tenant_pods_labels_and_annotations_an
     await eventually(followed, timeout=30, what="the label in the pod's downward-API file")
 
 
+async def test_a_pod_selecting_gpu_nodes_by_the_labels_they_share_fits_the_virtual_node(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """A pod that picks GPU nodes as GPU charts and Kueue ResourceFlavors write it (``nvidia.com/gpu.present``,
+    a GPU model) is bound by the tenant's own kube-scheduler to the virtual node, which carries the labels
+    every compute GPU node shares; its copy keeps the selector, which those nodes meet. Before, the virtual
+    node carried neither label and such a pod stayed Pending in the tenant cluster."""
+    core = client.CoreV1Api(tenant_api)
+    gpu_nodes = (await client.CoreV1Api(compute_api).list_node(label_selector="type=kwok")).items
+    model = gpu_nodes[0].metadata.labels["kubeferry.io/gpu-model"]
+    want = {"nvidia.com/gpu.present": "true", "kubeferry.io/gpu-model": model}
+
+    async def carries() -> dict[str, str] | None:
+        labels = (await core.read_node("ferry-tenant-1")).metadata.labels
+        return labels if all(labels.get(k) == v for k, v in want.items()) else None
+
+    labels = await eventually(carries, timeout=30, what="the virtual node carrying its GPU nodes' shared labels")
+    assert "kubernetes.io/hostname" in labels and labels["kubernetes.io/hostname"] == "ferry-tenant-1"
+    uid = (await core.create_namespaced_pod(tenant_ns, tenant_pod("picky", automountServiceAccountToken=False,
+                                                                  nodeSelector=want))).metadata.uid
+    running = await eventually(lambda: _with_phase(core, tenant_ns, "picky", "Running"), timeout=30,
+                               what="the pod that selects GPU nodes Running")
+    assert running.spec.node_name == "ferry-tenant-1"
+    copy = await compute_pod_of(compute_api, "tenant-1", uid)
+    assert copy is not None and copy.spec.node_selector == want, copy.spec.node_selector
+
+
 async def _sa_exists(core: client.CoreV1Api, ns: str) -> bool:
     try:
         await core.read_namespaced_service_account("default", ns)
@@ -762,6 +788,40 @@ async def test_a_gangs_topology_spread_holds_in_the_compute_cluster_and_one_by_a
         finally:
             for node in zones:
                 await compute.patch_node(node, {"metadata": {"labels": {"ferry-test-zone": None}}})
+
+
+async def test_a_preferred_node_affinity_is_met_where_a_preferred_node_has_room(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """A pod that prefers compute nodes by a label (a GPU product it runs best on) goes to such a node while
+    one has room, where binpacking alone takes the tighter node without it."""
+    core = client.CoreV1Api(tenant_api)
+    compute = client.CoreV1Api(compute_api)
+    await _top_priority_class(tenant_api)
+    mine = {"ferry-test": tenant_ns}
+
+    def pod(name: str, gpus: int, select: dict[str, str], prefer: str = "") -> dict[str, Any]:
+        body = operator_pod(name, scheduler="kube-ferry")
+        body["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = str(gpus)
+        body["spec"]["nodeSelector"] = select
+        if prefer:
+            body["spec"]["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 10, "preference": {"matchExpressions": [
+                    {"key": "ferry-test-pref", "operator": "In", "values": [prefer]}]}}]}}
+        return body
+
+    async with reserved_node(compute_api, tenant_ns) as tight, reserved_node(compute_api, tenant_ns) as liked:
+        await compute.patch_node(tight, {"metadata": {"labels": {"ferry-test-fill": tight}}})
+        await compute.patch_node(liked, {"metadata": {"labels": {"ferry-test-pref": "yes"}}})
+        try:
+            await core.create_namespaced_pod(tenant_ns, pod("fill", 4, {**mine, "ferry-test-fill": tight}))
+            await eventually(lambda: _with_phase(core, tenant_ns, "fill", "Running"), what="the filler Running")
+            uid = (await core.create_namespaced_pod(tenant_ns, pod("picky", 2, mine, prefer="yes"))).metadata.uid
+            await eventually(lambda: _with_phase(core, tenant_ns, "picky", "Running"), what="the picky pod Running")
+            copy = await compute_pod_of(compute_api, "tenant-1", uid)
+            assert copy is not None and copy.spec.node_name == liked, f"on {copy and copy.spec.node_name}, not {liked}"
+        finally:
+            await compute.patch_node(tight, {"metadata": {"labels": {"ferry-test-fill": None}}})
+            await compute.patch_node(liked, {"metadata": {"labels": {"ferry-test-pref": None}}})
 
 
 async def _running_on(core: client.CoreV1Api, ns: str, name: str, node: str) -> bool:

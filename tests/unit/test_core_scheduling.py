@@ -641,6 +641,30 @@ def test_node_affinity_is_kubernetes_node_selector_semantics() -> None:
     assert admitted() == ["n1", "n2"]
 
 
+def test_a_preferred_node_affinity_is_met_whenever_a_preferred_node_has_room() -> None:
+    # n1 half full binpacks tightest; the job prefers n3's GPU (weight 5) over n2's rack (weight 1)
+    nodes = [node("n1", 8), node("n2", 8), node("n3", 8)]
+    nodes[1].labels["rack"] = "r1"
+    nodes[2].labels["gpu"] = "h100"
+    c = cluster(nodes)
+    s = scheduler(c)
+    s.submit(gang("filler", "default", 1, 4))
+    s.cycle(0)
+    prefers = ((5, (NodeRequirement("gpu", SelectorOp.IN, ("h100",)),)),
+               (1, (NodeRequirement("rack", SelectorOp.EXISTS),)),
+               (9, ()))  # an empty term weighs nothing
+    for i in range(3):
+        job = gang(f"picky{i}", "default", 1, 4, submit=1 + i)
+        job.tasks[0].request = dataclasses.replace(job.tasks[0].request, preferred=prefers)
+        s.submit(job)
+        s.cycle(1 + i)
+    # two fit on n3, the next prefers n2's rack to n1's tighter fit
+    assert [c.jobs[f"picky{i}"].replicas[0].node for i in range(3)] == ["n3", "n3", "n2"]
+    s.submit(gang("plain", "default", 1, 4, submit=9))
+    s.cycle(9)
+    assert c.jobs["plain"].replicas[0].node == "n1", "binpacking alone"
+
+
 def test_a_job_no_node_admits_by_affinity_is_told_so() -> None:
     c = cluster([node("n1", 8)])
     s = scheduler(c)

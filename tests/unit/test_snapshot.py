@@ -232,7 +232,7 @@ def test_a_queue_built_from_its_object_continues_the_usage_its_status_recorded()
     assert fresh.recent_usage == 0.0 and fresh.usage_at is None
 
 
-def test_a_pods_required_node_affinity_is_read_and_a_bad_operator_is_reported() -> None:
+def test_a_pods_node_affinity_is_read_and_a_bad_operator_is_reported() -> None:
     a, b = pod("a"), pod("b")
     affinity = {"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
@@ -247,6 +247,7 @@ def test_a_pods_required_node_affinity_is_read_and_a_bad_operator_is_reported() 
     request = snap.cluster.jobs["ns/g"].tasks[0].request
     assert request.affinity == ((NodeRequirement("gpu", SelectorOp.IN, ("a100", "h100")),),
                                 (NodeRequirement("metadata.name", SelectorOp.NOT_IN, ("n9",), field=True),))
+    assert request.preferred == ((1, (NodeRequirement("zone", SelectorOp.EXISTS),)),)
 
     bad = copy.deepcopy(affinity)
     bad["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0][

@@ -16,7 +16,7 @@ from ferry.kube.workqueue import WorkQueue
 from vnode import naming, status, streams
 from vnode.app import api_endpoint
 from vnode.gangs import VOLCANO_PHASE, InvalidGroup, depends_on, members_status, min_resources, min_task_member
-from vnode.node import Outage, capacity, forbidden
+from vnode.node import Outage, advertised, capacity, forbidden
 from vnode.translate import (
     FOLLOWED_ANNOTATION,
     Bridge,
@@ -435,6 +435,28 @@ def test_capacity_is_capped_by_the_queue_and_never_negative() -> None:
     assert capacity(nodes, {"spec": {"max": {"gpu": "10"}}}, 100)["nvidia.com/gpu"] == "10"
     assert capacity([], {"spec": {"max": {"gpu": "10"}}}, 100) == {"cpu": "0m", "memory": "0Mi",
                                                                    "nvidia.com/gpu": "0", "pods": "100"}
+
+
+def test_the_virtual_node_carries_the_labels_every_gpu_node_shares() -> None:
+    def gpu_node(ready: bool = True, gpus: str = "8", **labels: str) -> dict[str, Any]:
+        return {"metadata": {"labels": labels}, "spec": {}, "status": {
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "allocatable": {"nvidia.com/gpu": gpus}}}
+
+    keys = ("nvidia.com/gpu.", "kubeferry.io/gpu-model", "topology.kubernetes.io/")
+    shared = {"nvidia.com/gpu.present": "true", "kubeferry.io/gpu-model": "H100", "kubernetes.io/os": "linux"}
+    nodes = [gpu_node(**{**shared, "nvidia.com/gpu.product": p, "topology.kubernetes.io/zone": "a"})
+             for p in ("H100-SXM", "H100-PCIe")]
+    # the product differs, a key outside ``keys`` is not for the virtual node to say
+    assert advertised(nodes, keys) == {"nvidia.com/gpu.present": "true", "kubeferry.io/gpu-model": "H100",
+                                       "topology.kubernetes.io/zone": "a"}
+    # a node that is not Ready, a CPU node and a cordoned one do not count; no GPU node: nothing
+    cordoned = gpu_node(**{"kubeferry.io/gpu-model": "A100"})
+    cordoned["spec"]["unschedulable"] = True
+    others = [gpu_node(ready=False, **{"kubeferry.io/gpu-model": "A100"}), gpu_node(gpus="0"), cordoned]
+    assert advertised(nodes + others, keys) == advertised(nodes, keys)
+    assert advertised(others, keys) == {} and advertised(nodes, ()) == {}
+    assert advertised(nodes, ("kubeferry.io/gpu",)) == {}, "a prefix ends in . or /; otherwise the key is whole"
 
 
 async def test_work_queue_deduplicates_and_never_runs_a_key_twice_at_once() -> None:

@@ -21,7 +21,7 @@ class Grow(Action):
             last = job.tasks[-1]
             bound = sum(1 for r in job.replicas if r.task == last.name and r.phase is ReplicaPhase.BOUND)
             while bound < job.elastic_max:
-                found = sched.placer.find(last.request, sched.placer.confined(job, last.request, excluded))
+                found = sched.placer.find_for(job, last.request, excluded)
                 if found is None:
                     return
                 index = max((r.index for r in job.replicas if r.task == last.name), default=-1) + 1
