@@ -174,6 +174,12 @@ class Request:
         return (all(node.labels.get(k) == v for k, v in self.selector)
                 and (not self.affinity or any(term and all(r.admits(node) for r in term) for term in self.affinity)))
 
+    @property
+    def states_placement(self) -> bool:
+        """Whether it states where to run beyond its node selector and required affinity: pod terms among its
+        job's replicas or preferred nodes (``Placer.find_for`` weighs them)."""
+        return bool(self.apart or self.marks or self.together or self.spread or self.preferred)
+
     def preference(self, node: Node) -> int:
         """The summed weight of the preferred terms ``node`` meets (an empty term meets none, as in Kubernetes)."""
         return sum(w for w, term in self.preferred if term and all(r.admits(node) for r in term))

@@ -396,6 +396,8 @@ class Placer:
         """``find`` for a replica of ``job``, within what its pod terms leave it (``confined``), and among the
         nodes its preferred node affinity weighs most that have room (binpacking and topology decide among
         those): a preference is met whenever it can be, not traded against a tighter fit."""
+        if not req.states_placement:
+            return self.find(req, excluded, domain)
         barred = self.confined(job, req, excluded)
         if not req.preferred:
             return self.find(req, barred, domain)
@@ -500,11 +502,12 @@ class Placer:
         replicas keep together (a required pod affinity among them) is tried in one domain after another,
         the tightest with room first (at most ``TOGETHER_TRIALS``), unless a replica it follows is bound."""
         tasks = job.task_by_name
-        if not any(tasks[r.task].request.together for r in replicas):
+        if not any(t.request.together for t in job.tasks) or not (
+                terms := [t for r in replicas for t in tasks[r.task].request.together]):
             return self._place(job, sorted(replicas, key=lambda r: -tasks[r.task].request.gpu_total), excluded, probe)
         # replicas that follow others (a term that does not select them) after those they may follow
         order = sorted(replicas, key=lambda r: (_follows(tasks[r.task].request), -tasks[r.task].request.gpu_total))
-        term = min((t for r in replicas for t in tasks[r.task].request.together), key=lambda t: (t.key, t.term))
+        term = min(terms, key=lambda t: (t.key, t.term))
         group = {r.task for r in replicas
                  if term in tasks[r.task].request.together or term.term in tasks[r.task].request.marks}
         if self._held_domains(job, term):
@@ -537,7 +540,8 @@ class Placer:
         done: list[Placement] = []
         for replica in order:
             req = tasks[replica.task].request
-            found = self.find_for(job, req, excluded | pin if group and replica.task in group else excluded, domain)
+            found = (self.find_for(job, req, excluded | pin if group and replica.task in group else excluded, domain)
+                     if req.states_placement else self.find(req, excluded, domain))
             if found is None:
                 self.unwind(job, done)
                 return None
