@@ -465,12 +465,8 @@ class Placer:
         filter reads it: those without the label, and those of a domain whose count of the job's bound
         replicas the term selects (with this one, if it selects it) would exceed the count of the emptiest
         domain the replica's selector and affinity admit by more than ``max_skew``."""
-        tasks, nodes = job.task_by_name, self.cluster.nodes
-        counts: dict[str, int] = defaultdict(int)
-        for r in job.replicas:
-            node = nodes.get(r.node) if r.phase is ReplicaPhase.BOUND and r.node else None
-            if node is not None and sp.term in tasks[r.task].request.marks and (d := sp.domain(node)) is not None:
-                counts[d] += 1
+        nodes = self.cluster.nodes
+        counts = self._marked_domains(job, sp)
         # every node the replica's selector and affinity admit counts, cordoned or not (as nodeTaintsPolicy Ignore)
         eligible = {d for n in nodes.values() if (d := sp.domain(n)) is not None and req.admits(n)}
         least = min((counts[d] for d in eligible), default=0) if len(eligible) >= sp.min_domains else 0
@@ -480,12 +476,16 @@ class Placer:
 
     def _held_domains(self, job: Job, term: PodTerm) -> set[str]:
         """The domains of ``term`` that hold a bound replica of ``job`` the term selects."""
+        return set(self._marked_domains(job, term))
+
+    def _marked_domains(self, job: Job, term: PodTerm) -> defaultdict[str, int]:
+        """How many bound replicas of ``job`` that ``term`` selects each of its domains holds."""
         tasks, nodes = job.task_by_name, self.cluster.nodes
-        out: set[str] = set()
+        out: defaultdict[str, int] = defaultdict(int)
         for r in job.replicas:
             node = nodes.get(r.node) if r.phase is ReplicaPhase.BOUND and r.node else None
             if node is not None and term.term in tasks[r.task].request.marks and (d := term.domain(node)) is not None:
-                out.add(d)
+                out[d] += 1
         return out
 
     def best_domain(self, gpus_needed: int) -> str | None:
@@ -541,7 +541,7 @@ class Placer:
         for replica in order:
             req = tasks[replica.task].request
             found = (self.find_for(job, req, excluded | pin if group and replica.task in group else excluded, domain)
-                     if req.states_placement else self.find(req, excluded, domain))
+                     if req.states_placement else self.find(req, excluded, domain))  # the hot path: no call more
             if found is None:
                 self.unwind(job, done)
                 return None
