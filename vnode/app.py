@@ -75,11 +75,13 @@ class Vnode:
                                 self.caches, self.recorder) if cfg.storage_class else None)
         self.pods = PodReconciler(self.b, tenant, compute, self.caches, self.recorder, cfg.node_ip, cfg.pod_security,
                                   cfg.token_refresh_at, self.volumes)
-        self.binder = Binder(cfg.node, cfg.served_schedulers, tenant, self.caches, self.pods.gangs,
+        self.binder = Binder(self.b, cfg.served_schedulers, tenant, self.caches, self.pods.gangs,
                              kueue_present=KUEUE_WORKLOADS in tenant_crds)
-        self.node = VirtualNode(cfg.node, cfg.tenant, cfg.node_ip, cfg.kubelet_port, tenant, self.caches,
-                                self.recorder, cfg.max_pods, cfg.heartbeat_s, cfg.unreachable_after_s,
-                                cfg.advertised_labels)
+        # the vnode's own virtual node, then one per GPU pool (each its own capacity, labels and kubelet API)
+        self.nodes = [VirtualNode(node, cfg.tenant, cfg.node_ip, port, tenant, self.caches, self.recorder, cfg.max_pods,
+                                  cfg.heartbeat_s, cfg.unreachable_after_s, cfg.advertised_labels, self.b.pool_of(node))
+                      for node, port in cfg.kubelets.items()]
+        self.node = self.nodes[0]
         self.events = WorkQueue("events", max_delay=5.0)
         self.groups = WorkQueue("groups", max_delay=5.0)
         self.backlog = Backlog()  # compute events waiting to be mirrored
@@ -100,8 +102,8 @@ class Vnode:
         c.tenant_secrets.on_change = self._dependency_changed("secret")
         c.tenant_services.on_change = self._service_changed
         c.tenant_slices.on_change = self._slice_changed
-        c.compute_nodes.on_change = lambda *_: self.node.changed.set()
-        c.compute_queues.on_change = lambda *_: self.node.changed.set()
+        c.compute_nodes.on_change = lambda *_: self.nodes_changed()
+        c.compute_queues.on_change = lambda *_: self.nodes_changed()
         if self.volumes is not None:
             c.tenant_claims.on_change = self.volumes.on_tenant_claim
             c.tenant_volumes.on_change = self.volumes.on_tenant_volume
@@ -122,7 +124,7 @@ class Vnode:
                 return
             ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
             for pod in list(self.caches.tenant_pods.store.values()):
-                if pod["metadata"]["namespace"] != ns or pod.get("spec", {}).get("nodeName") != self.b.node:
+                if pod["metadata"]["namespace"] != ns or not self.b.serves(pod):
                     continue
                 needs = needs_of(pod)
                 if name in (needs.configmaps if kind == "configMap" else needs.secrets):
@@ -150,7 +152,7 @@ class Vnode:
         ns = svc["metadata"]["namespace"]
         for pod in list(self.caches.tenant_pods.store.values()):
             meta = pod["metadata"]
-            if meta["namespace"] == ns and pod.get("spec", {}).get("nodeName") == self.b.node \
+            if meta["namespace"] == ns and self.b.serves(pod) \
                     and used_by(svc, meta.get("labels")):
                 self.pods.queue.add(f"{ns}/{meta['name']}")
 
@@ -247,7 +249,7 @@ class Vnode:
                 log.info("reconciling", pods_queued=len(self.pods.queue),
                          compute_pods_created=self.pods.created, status_writes=self.pods.status_writes)
             if reachable != was_reachable:
-                self.node.changed.set()
+                self.nodes_changed()
                 if reachable:
                     self.pods.enqueue_all()
             was_reachable = reachable
@@ -277,7 +279,7 @@ class Vnode:
         told: set[str] = set()
         while not self.caches.synced():
             denied = self._watch_tenant_access()
-            if denied is not None and self.caches.tenant_pods.synced.is_set():
+            if denied is not None and self.caches.tenant_pods.synced():
                 for pod in list(self.caches.tenant_pods.store.values()):
                     waits = not (pod["metadata"].get("deletionTimestamp") or status.terminal(pod)
                                  or status.forwarded(pod))  # a bridged pod runs on in the compute cluster
@@ -285,8 +287,8 @@ class Vnode:
                         told.add(pod["metadata"]["uid"])
                         await self.recorder.emit(pod, "Warning", "TenantAccessDenied" if forbidden(denied)
                                                  else "TenantAPIFailing",
-                                                 f"the virtual node {self.b.node} starts no pod until it can read "
-                                                 f"what it serves ({denied}); see the Node's "
+                                                 f"the virtual node {pod['spec']['nodeName']} starts no pod until it "
+                                                 f"can read what it serves ({denied}); see the Node's "
                                                  f"{TENANT_ACCESS} condition", key=f"tenant-access-{denied}")
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(1.0):
@@ -297,17 +299,23 @@ class Vnode:
         denied = self.node.tenant_denied()
         metrics.TENANT_ACCESS.set(0 if denied else 1)
         if self.node.reported_access() != (denied is None):
-            self.node.changed.set()
+            self.nodes_changed()
         return denied
 
+    def nodes_changed(self) -> None:
+        """What every virtual node reports may have changed (capacity, conditions)."""
+        for n in self.nodes:
+            n.changed.set()
+
     def ready(self) -> bool:
-        return self.caches.synced() and self.node.registered.is_set()
+        return self.caches.synced() and all(n.registered.is_set() for n in self.nodes)
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tg:
             for inf in self.caches.all:
                 tg.create_task(inf.run())
-            tg.create_task(self.node.run())
+            for n in self.nodes:
+                tg.create_task(n.run())
             tg.create_task(self.pods.queue.run(self.pods.reconcile, self.cfg.workers))
             tg.create_task(self.binder.queue.run(self.binder.reconcile, self.cfg.workers))
             tg.create_task(self.events.run(self.mirror_events, 2))
@@ -333,16 +341,18 @@ async def main(cfg: VnodeConfig) -> None:
     runners: list[web.AppRunner] = [await serve(make_app(vnode.ready, metrics.REGISTRY), cfg.metrics_address,
                                                 cfg.metrics_port)]
     if cfg.serving_cert and cfg.serving_key:
-        api = KubeletAPI(cfg.node, cfg.tenant, cfg.namespace, tenant, compute,
-                         lambda k: vnode.caches.tenant_pods.store.get(k),
-                         lambda k: vnode.caches.compute_pods.store.get(k),
-                         naming.owned_selector(vnode.b.tenant, cfg.node))
-        runner = web.AppRunner(api.app(), access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, cfg.node_ip, cfg.kubelet_port,
-                          ssl_context=ssl_context(cfg.serving_cert, cfg.serving_key, cfg.client_ca)).start()
-        runners.append(runner)
-    log.info("vnode started", tenant=cfg.tenant, node=cfg.node, compute_namespace=cfg.namespace,
+        for node, port in cfg.kubelets.items():
+            api = KubeletAPI(node, cfg.tenant, cfg.namespace, tenant, compute,
+                             lambda k: vnode.caches.tenant_pods.store.get(k),
+                             lambda k: vnode.caches.compute_pods.store.get(k),
+                             naming.owned_selector(vnode.b.tenant, cfg.node))
+            runner = web.AppRunner(api.app(), access_log=None)
+            await runner.setup()
+            await web.TCPSite(runner, cfg.node_ip, port,
+                              ssl_context=ssl_context(cfg.serving_cert, cfg.serving_key, cfg.client_ca)).start()
+            runners.append(runner)
+    log.info("vnode started", tenant=cfg.tenant, node=cfg.node, pools=[n for n, _ in vnode.b.pools],
+             compute_namespace=cfg.namespace,
              kueue_served_at_start=KUEUE_WORKLOADS in crds, tenant_gang_crds=sorted(crds))
 
     async def cleanup() -> None:

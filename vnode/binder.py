@@ -19,7 +19,7 @@ from ferry.kube.workqueue import WorkQueue
 from vnode import metrics
 from vnode.caches import Caches
 from vnode.gangs import Gangs
-from vnode.translate import KUEUE_GATES, gang_of
+from vnode.translate import KUEUE_GATES, Bridge, gang_of, node_for
 
 Obj = dict[str, Any]
 log = structlog.get_logger("ferry.vnode.binder")
@@ -31,9 +31,9 @@ VOLCANO_DEFAULT_QUEUE: Obj = {"apiVersion": "scheduling.volcano.sh/v1beta1", "ki
 
 
 class Binder:
-    def __init__(self, node: str, served: tuple[str, ...], tenant: Rest, caches: Caches, gangs: Gangs,
+    def __init__(self, b: Bridge, served: tuple[str, ...], tenant: Rest, caches: Caches, gangs: Gangs,
                  kueue_present: bool) -> None:
-        self.node = node
+        self.b = b
         self.served = set(served)
         self.tenant = tenant
         self.caches = caches
@@ -121,9 +121,10 @@ class Binder:
                                      {"op": "replace", "path": "/spec/schedulingGates", "value": []}],
                                     content_type="application/json-patch+json")
             log.info("lifted Kueue scheduling gates", pod=rest, gates=sorted(gates))
+        node = node_for(pod, self.b)  # a pod that asks for a GPU pool goes to the pool's node
         binding = {"apiVersion": "v1", "kind": "Binding",
                    "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
-                   "target": {"apiVersion": "v1", "kind": "Node", "name": self.node}}
+                   "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         try:
             await self.tenant.create(path("", "v1", "pods", meta["namespace"], meta["name"], "binding"), binding)
             metrics.PODS_BOUND.inc()
@@ -133,7 +134,7 @@ class Binder:
             return
         # Assume the binding (as kube-scheduler does): forwarding starts now, not once the pod's watch
         # event has come back through a busy tenant apiserver. The event replaces this copy.
-        bound = {**pod, "spec": {**pod.get("spec", {}), "nodeName": self.node}}
+        bound = {**pod, "spec": {**pod.get("spec", {}), "nodeName": node}}
         self.caches.tenant_unbound.store.pop(rest, None)  # its watch event moves it to the node's cache
         self.caches.tenant_pods.remember(bound)
         if self.on_bound is not None:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections import ChainMap
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ferry.kube.informer import Informer
@@ -29,6 +30,38 @@ def slim_event(ev: Obj) -> Obj:
                                     "lastTimestamp", "eventTime") if k in ev}}
 
 
+class PodsOnNodes:
+    """The tenant pods bound to any of the vnode's virtual nodes, read as one cache over one informer per node
+    (a field selector names one node; a pod's node never changes, so no key is in two of them)."""
+
+    def __init__(self, by_node: dict[str, Informer]) -> None:
+        self.by_node = by_node
+        self.informers = list(by_node.values())
+
+    @property
+    def store(self) -> Mapping[str, Obj]:
+        if len(self.informers) == 1:  # the common case: no view in the way
+            return self.informers[0].store
+        return ChainMap(*(i.store for i in self.informers))
+
+    @property
+    def on_change(self) -> OnChange | None:
+        return self.informers[0].on_change
+
+    @on_change.setter
+    def on_change(self, handler: OnChange | None) -> None:
+        for i in self.informers:
+            i.on_change = handler
+
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self.informers)
+
+    def remember(self, obj: Obj, replaces: Obj | None = None) -> None:
+        """As ``Informer.remember``, in the cache of the pod's node."""
+        if (i := self.by_node.get(obj.get("spec", {}).get("nodeName", ""))) is not None:
+            i.remember(obj, replaces)
+
+
 class Caches:
     def __init__(self, b: Bridge, tenant: Rest, compute: Rest, tenant_crds: set[str], volumes: bool = False) -> None:
         owned = naming.owned_selector(b.tenant, b.node)
@@ -40,9 +73,11 @@ class Caches:
             metrics.CACHED_OBJECTS.labels(name).set_function(lambda: len(made.store))
             return made
 
-        # As a kubelet: the pods on this node, and (for the binder) the pods not on any node yet -- never
-        # the tenant's pods on its other nodes, however many there are.
-        self.tenant_pods = inf("tenant-pods", tenant, path("", "v1", "pods"), fieldSelector=f"spec.nodeName={b.node}")
+        # As a kubelet: the pods on this vnode's nodes (a field selector names one node: an informer each), and
+        # (for the binder) the pods not on any node yet -- never the tenant's pods on its other nodes.
+        self.tenant_pods = PodsOnNodes({
+            node: inf("tenant-pods" if node == b.node else f"tenant-pods-{node}", tenant, path("", "v1", "pods"),
+                      fieldSelector=f"spec.nodeName={node}") for node in b.nodes})
         self.tenant_unbound = inf("tenant-unbound-pods", tenant, path("", "v1", "pods"), fieldSelector="spec.nodeName=")
         self.tenant_configmaps = inf("tenant-configmaps", tenant, path("", "v1", "configmaps"))
         self.tenant_secrets = inf("tenant-secrets", tenant, path("", "v1", "secrets"))
@@ -85,7 +120,7 @@ class Caches:
 
     @property
     def tenant_side(self) -> list[Informer]:
-        return [self.tenant_pods, self.tenant_unbound, self.tenant_configmaps, self.tenant_secrets,
+        return [*self.tenant_pods.informers, self.tenant_unbound, self.tenant_configmaps, self.tenant_secrets,
                 self.tenant_services, self.tenant_slices, *self.tenant_groups.values()]
 
     @property

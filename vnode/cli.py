@@ -25,6 +25,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--advertise-labels", default=",".join(DEFAULT_ADVERTISED),
                    help="node label keys (or prefixes ending in . or /) the virtual node carries when every GPU "
                         "node of the compute cluster has the same value; empty: none")
+    p.add_argument("--gpu-pool", action="append", default=[], metavar="NAME=KEY=VALUE[,KEY=VALUE]",
+                   help="a virtual node <node>-NAME for the compute GPU nodes with these labels (e.g. one GPU "
+                        "product): its capacity and labels are the pool's, the pods it is given run there; its "
+                        "kubelet API listens on --kubelet-port + its place among the pools (repeat for each pool)")
     p.add_argument("--pod-security", default="baseline", choices=("privileged", "baseline", "restricted"))
     p.add_argument("--max-priority", type=int, default=0, help="highest priority a tenant pod may carry down")
     p.add_argument("--node-ip", default="127.0.0.1")
@@ -125,15 +129,20 @@ def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from ferry import log as flog
-    from vnode.config import VnodeConfig
+    from vnode.config import VnodeConfig, parse_pool
 
     flog.configure(args.log_level, json=True)
+    try:
+        pools = tuple(parse_pool(text) for text in args.gpu_pool)
+    except ValueError as exc:
+        print(f"ferry vnode: error: --gpu-pool: {exc}", file=sys.stderr)
+        return 2
     try:
         cfg = VnodeConfig(
             tenant=args.tenant, tenant_kubeconfig=args.tenant_kubeconfig, compute_kubeconfig=args.compute_kubeconfig,
             node_name=args.node_name, compute_namespace=args.compute_namespace, queue=args.queue,
             served_schedulers=tuple(s for s in args.served_schedulers.split(",") if s),
-            advertised_labels=tuple(s for s in args.advertise_labels.split(",") if s),
+            advertised_labels=tuple(s for s in args.advertise_labels.split(",") if s), gpu_pools=pools,
             pod_security=args.pod_security, max_priority=args.max_priority, node_ip=args.node_ip,
             kubelet_port=args.kubelet_port, serving_cert=args.serving_cert, serving_key=args.serving_key,
             client_ca=args.client_ca, metrics_address=args.metrics_address, metrics_port=args.metrics_port,

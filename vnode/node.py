@@ -76,6 +76,11 @@ def advertised(nodes: list[Obj], keys: tuple[str, ...]) -> dict[str, str]:
             if all((n.get("metadata", {}).get("labels") or {}).get(k) == v for n in gpu_nodes[1:])}
 
 
+def in_pool(nodes: list[Obj], pool: dict[str, str]) -> list[Obj]:
+    """The compute nodes a GPU pool's selector picks (every node for the vnode's own virtual node: {})."""
+    return [n for n in nodes if all((n.get("metadata", {}).get("labels") or {}).get(k) == v for k, v in pool.items())]
+
+
 def _ready(node: Obj) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True"
                for c in node.get("status", {}).get("conditions") or [])
@@ -108,8 +113,9 @@ def forbidden(why: str) -> bool:
 class VirtualNode:
     def __init__(self, name: str, tenant_label: str, ip: str, port: int, tenant: Rest, caches: Caches,
                  recorder: Recorder, max_pods: int, heartbeat_s: float, unreachable_after_s: float = 10.0,
-                 advertise: tuple[str, ...] = ()) -> None:
+                 advertise: tuple[str, ...] = (), pool: dict[str, str] | None = None) -> None:
         self.name = name
+        self.pool = pool or {}  # a GPU pool's node labels: its capacity and labels are that pool's
         self.tenant_label = tenant_label
         self.ip = ip
         self.port = port
@@ -130,7 +136,7 @@ class VirtualNode:
     def _object(self) -> Obj:
         return {
             "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": self.name, "labels": node_labels(self.name, self.tenant_label)},
+            "metadata": {"name": self.name, "labels": {**node_labels(self.name, self.tenant_label), **self.pool}},
             "spec": {"taints": list(TAINTS)},
         }
 
@@ -193,6 +199,10 @@ class VirtualNode:
                          "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "", "osImage": "Kube-Ferry"},
         }
 
+    def compute_nodes(self) -> list[Obj]:
+        """The compute nodes behind this virtual node: its pool's, or all."""
+        return in_pool(list(self.caches.compute_nodes.store.values()), self.pool)
+
     def tenant_denied(self) -> str | None:
         """What the tenant API has refused or failed for longer than the grace (None: all answers)."""
         ok, why = self.tenant_outage.check(self.caches.tenant_error())
@@ -207,7 +217,8 @@ class VirtualNode:
         written are recorded on the Node, so a restarted vnode removes what an earlier run wrote)."""
         if not self.caches.compute_nodes.synced.is_set():
             return
-        want = advertised(list(self.caches.compute_nodes.store.values()), self.advertise)
+        # a pool's own labels stay while it has no node: its pods select it by them
+        want = advertised(self.compute_nodes(), self.advertise) | self.pool
         if want == self._advertised:
             return
         url = path("", "v1", "nodes", None, self.name)
@@ -226,7 +237,7 @@ class VirtualNode:
     async def update_status(self, force: bool = False) -> None:
         reachable, why = self.compute_outage.check(self.caches.compute_error())
         denied = self.tenant_denied()
-        cap = capacity(list(self.caches.compute_nodes.store.values()),
+        cap = capacity(self.compute_nodes(),
                        next(iter(self.caches.compute_queues.store.values()), None), self.max_pods)
         if not self.caches.compute_nodes.synced.is_set() and self._reported is not None:
             cap = self._reported[0]  # never report zero before the compute cache is filled

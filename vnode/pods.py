@@ -82,7 +82,7 @@ class PodReconciler:
         return f"{ns}/{name}" if ns and name else None
 
     def on_tenant_pod(self, _kind: str, pod: Obj) -> None:
-        if pod.get("spec", {}).get("nodeName") == self.b.node:
+        if self.b.serves(pod):
             self.queue.add(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
 
     def on_compute_pod(self, kind: str, pod: Obj) -> None:
@@ -96,8 +96,7 @@ class PodReconciler:
     def enqueue_all(self) -> None:
         """Every pair either side knows about (start-up, after an outage, periodic resync); pods with no
         compute pod yet go first, so a restart forwards what is missing before refreshing statuses."""
-        mine = [p for p in list(self.caches.tenant_pods.store.values())
-                if p.get("spec", {}).get("nodeName") == self.b.node]
+        mine = [p for p in list(self.caches.tenant_pods.store.values()) if self.b.serves(p)]
         mine.sort(key=lambda p: self.compute_key(p["metadata"]["namespace"], p["metadata"]["name"])
                   in self.caches.compute_pods.store)
         for pod in mine:
@@ -122,7 +121,7 @@ class PodReconciler:
         tp = self.caches.tenant_pods.store.get(key)
         ckey = self.compute_key(ns, name)
         cp = self.caches.compute_pods.store.get(ckey)
-        mine = tp is not None and tp.get("spec", {}).get("nodeName") == self.b.node
+        mine = tp is not None and self.b.serves(tp)
         if cp is not None and cp["metadata"].get("deletionTimestamp") and _held(cp):
             await self._deleted_while_held(tp if mine else None, cp)
             return

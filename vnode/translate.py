@@ -34,6 +34,9 @@ ROLE_KEYS = ("volcano.sh/task-spec", "training.kubeflow.org/replica-type", "trai
              "jobset.sigs.k8s.io/replicatedjob-name", PREFIX + "task")
 
 
+Selector = tuple[tuple[str, str], ...]  # node labels, sorted: a GPU pool
+
+
 @dataclass(frozen=True)
 class Bridge:
     """What translation needs to know about this vnode."""
@@ -47,6 +50,20 @@ class Bridge:
     dns_server: str = ""  # `ferry dns` (vnode/dnsserver.py); empty: compute pods keep the compute cluster's DNS
     cluster_domain: str = "cluster.local"  # the tenant cluster's DNS zone
     tenant_api: tuple[str, int] | None = None  # the tenant apiserver as compute pods reach it; None: not given
+    pools: tuple[tuple[str, Selector], ...] = ()  # the pools' virtual nodes and the compute node labels of each
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """Every virtual node this vnode serves: its own, then one per GPU pool."""
+        return (self.node, *(n for n, _ in self.pools))
+
+    def serves(self, pod: Obj) -> bool:
+        """Whether the pod is bound to one of this vnode's virtual nodes."""
+        return pod.get("spec", {}).get("nodeName") in self.nodes
+
+    def pool_of(self, node: str) -> dict[str, str]:
+        """The compute node labels a virtual node's pods run on ({}: any GPU node)."""
+        return dict(next((sel for n, sel in self.pools if n == node), ()))
 
 
 def node_labels(node: str, tenant: str) -> dict[str, str]:
@@ -84,6 +101,47 @@ def compute_node_affinity(affinity: Obj | None, mine: dict[str, str]) -> Obj | N
     if preferred:
         out["preferredDuringSchedulingIgnoredDuringExecution"] = preferred
     return out or None
+
+
+def _meets(expr: Obj, labels: dict[str, str]) -> bool:
+    """One node selector requirement against a node's labels, as the NodeAffinity filter reads it."""
+    key, op, values = str(expr.get("key", "")), expr.get("operator"), [str(v) for v in expr.get("values") or []]
+    have = labels.get(key)
+    if op == "In":
+        return have in values
+    if op == "NotIn":
+        return have not in values
+    if op == "Exists":
+        return have is not None
+    if op == "DoesNotExist":
+        return have is None
+    if op in ("Gt", "Lt") and have is not None and have.lstrip("-").isdigit() and values and values[0].lstrip(
+            "-").isdigit():
+        return int(have) > int(values[0]) if op == "Gt" else int(have) < int(values[0])
+    return False
+
+
+def admits(pod: Obj, labels: dict[str, str], keys: set[str]) -> bool:
+    """Whether a pod's nodeSelector and required node affinity, read only where they name one of ``keys``,
+    admit a node with ``labels``."""
+    spec = pod.get("spec", {})
+    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items() if k in keys):
+        return False
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = required.get("nodeSelectorTerms") or []
+    return not terms or any(all(_meets(e, labels) for e in t.get("matchExpressions") or [] if e.get("key") in keys)
+                            for t in terms)
+
+
+def node_for(pod: Obj, b: Bridge) -> str:
+    """The virtual node a pod the vnode binds goes to: the first GPU pool whose labels its node selection asks
+    for (it admits the pool's labels and not their absence), else the vnode's own node."""
+    for node, sel in b.pools:
+        pool = dict(sel)
+        if admits(pod, pool, set(pool)) and not admits(pod, {}, set(pool)):
+            return node
+    return b.node
 
 
 def _pod_affinity_terms(affinity: Obj) -> list[Obj]:
@@ -308,6 +366,7 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
     ns, name = meta["namespace"], meta["name"]
     cname = naming.compute_name(b.tenant, ns, name)
     spec = copy.deepcopy(pod.get("spec", {}))
+    node = spec.get("nodeName") or b.node
     labels = _kept(meta.get("labels"))
     labels.update(naming.owner_labels(b.tenant, b.node, ns, meta["uid"]))
     annotations = _kept(meta.get("annotations"))
@@ -326,10 +385,12 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
     spec["enableServiceLinks"] = False
     # What a kubelet would give it: its own name, as a DNS label (spec.hostname allows no dots).
     spec["hostname"] = spec.get("hostname") or name.split(".")[0][:63].rstrip("-") or "pod"
-    mine = node_labels(b.node, b.tenant)
+    mine = node_labels(node, b.tenant)
     if selector := spec.get("nodeSelector"):
         spec["nodeSelector"] = {k: v for k, v in selector.items()
                                 if not NODE_SELECTOR_DROPPED.match(k) and mine.get(k) != v}
+    if pool := b.pool_of(node):  # a GPU pool's virtual node: its pods run on the pool's compute nodes
+        spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **pool}
     if (aff := spec.get("affinity")) is not None:
         if (kept := compute_node_affinity(aff.get("nodeAffinity"), mine)) is None:
             aff.pop("nodeAffinity", None)
@@ -398,7 +459,8 @@ def _tenant_fields(pod: Obj, b: Bridge) -> dict[str, str]:
     owner, needs the tenant's), its node (the virtual node) and its ServiceAccount."""
     meta, spec = pod["metadata"], pod.get("spec", {})
     return {"metadata.namespace": meta["namespace"], "metadata.name": meta["name"], "metadata.uid": meta.get("uid", ""),
-            "spec.nodeName": b.node, "spec.serviceAccountName": spec.get("serviceAccountName") or "default"}
+            "spec.nodeName": spec.get("nodeName") or b.node,
+            "spec.serviceAccountName": spec.get("serviceAccountName") or "default"}
 
 
 def _renames(pod: Obj, b: Bridge) -> tuple[dict[str, str], dict[str, str]]:

@@ -167,7 +167,7 @@ class Volumes:
                 # what the compute pods mount; no kubelet of the tenant cluster ever attaches it
                 "csi": {"driver": CSI_DRIVER, "volumeHandle": f"{self.b.namespace}/{cname}"},
                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchFields": [
-                    {"key": "metadata.name", "operator": "In", "values": [self.b.node]}]}]}},
+                    {"key": "metadata.name", "operator": "In", "values": list(self.b.nodes)}]}]}},
             },
         }
         try:
