@@ -5,6 +5,8 @@ flavor's selector) picks by the pool's labels, and whose pods run on that pool's
 from __future__ import annotations
 
 import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -21,16 +23,57 @@ POOL_KEY = "ferry-test-pool"
 NODE, POOL_NODE = "ferry-tenant-1", "ferry-tenant-1-big"
 
 
-def two_free_ports() -> int:
-    """A port, free now, whose next port is free too: the vnode's kubelet API and its pool's."""
+def free_ports(pools: int) -> int:
+    """A port, free now, whose next ``pools`` ports are free too: the vnode's kubelet API and its pools'."""
     while True:
         port = free_port()
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
+        try:
+            for p in range(port + 1, port + 1 + pools):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
         return port
+
+
+@asynccontextmanager
+async def pooled_vnode(vnodes: dict[str, Component], compute_api: client.ApiClient, tenant_api: client.ApiClient,
+                       pools: dict[str, str]) -> AsyncIterator[dict[str, list[str]]]:
+    """tenant-1's vnode restarted with a GPU pool per entry of ``pools`` (name -> value of ``POOL_KEY``), each of
+    two compute nodes given that label; yields each pool's compute nodes. Afterwards the pools' Nodes and labels
+    are gone and the session's vnode runs again."""
+    core, ccore = client.CoreV1Api(tenant_api), client.CoreV1Api(compute_api)
+    free = sorted(n.metadata.name for n in (await ccore.list_node(label_selector="type=kwok,!ferry-test")).items)
+    members = {name: free[2 * i: 2 * i + 2] for i, name in enumerate(pools)}  # `private_node` takes the last
+    vnode = swapped(vnodes["tenant-1"], "tenant-1-vnode-pools", [
+        f"--kubelet-port={free_ports(len(pools))}",
+        *(f"--gpu-pool={name}={POOL_KEY}={value}" for name, value in pools.items())])
+    try:
+        for name, value in pools.items():
+            for node in members[name]:
+                await ccore.patch_node(node, {"metadata": {"labels": {POOL_KEY: value}}})
+        vnodes["tenant-1"].stop()
+        vnode.start()
+        vnode.wait_ready()
+        yield members
+    finally:
+        vnode.stop()
+        for name in pools:
+            try:
+                await core.delete_node(f"{NODE}-{name}")
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+        for node in (n for ns in members.values() for n in ns):
+            await ccore.patch_node(node, {"metadata": {"labels": {POOL_KEY: None}}})
+        vnodes["tenant-1"].start()
+        vnodes["tenant-1"].wait_ready()
+
+
+async def copies_gone(compute_api: client.ApiClient, tenant_ns: str) -> bool:
+    left = await client.CoreV1Api(compute_api).list_namespaced_pod(
+        "tenant-1", label_selector=f"{naming.UPSTREAM_NS_LABEL}={tenant_ns}")
+    return not left.items
 
 
 async def test_a_gpu_pool_is_a_virtual_node_of_its_own_whose_pods_run_on_its_compute_nodes(
@@ -42,17 +85,9 @@ async def test_a_gpu_pool_is_a_virtual_node_of_its_own_whose_pods_run_on_its_com
     it is bound there, a pod the vnode binds that selects it goes there too, and both copies run on the pool's
     nodes; `kubectl logs` reaches the pool's pod through the pool node's own kubelet API. A pod asking for no
     pool stays on the vnode's own node."""
-    core, ccore = client.CoreV1Api(tenant_api), client.CoreV1Api(compute_api)
-    free = sorted(n.metadata.name for n in (await ccore.list_node(label_selector="type=kwok,!ferry-test")).items)
-    pool_nodes = free[:2]  # the `private_node` fixture takes the last
-    for name in pool_nodes:
-        await ccore.patch_node(name, {"metadata": {"labels": {POOL_KEY: tenant_ns}}})
-    vnode = swapped(vnodes["tenant-1"], "tenant-1-vnode-pools",
-                    [f"--kubelet-port={two_free_ports()}", f"--gpu-pool=big={POOL_KEY}={tenant_ns}"])
-    vnodes["tenant-1"].stop()
-    try:
-        vnode.start()
-        vnode.wait_ready()
+    core = client.CoreV1Api(tenant_api)
+    async with pooled_vnode(vnodes, compute_api, tenant_api, {"big": tenant_ns}) as members:
+        pool_nodes = members["big"]
 
         async def offered() -> Any:
             pool, own = await core.read_node(POOL_NODE), await core.read_node(NODE)
@@ -96,20 +131,5 @@ async def test_a_gpu_pool_is_a_virtual_node_of_its_own_whose_pods_run_on_its_com
         assert direct and through == direct
         for name in uids:
             await core.delete_namespaced_pod(name, tenant_ns, grace_period_seconds=0)
-
-        async def copies_gone() -> bool:
-            left = await ccore.list_namespaced_pod("tenant-1", label_selector=f"{naming.UPSTREAM_NS_LABEL}={tenant_ns}")
-            return not left.items
-
-        await eventually(copies_gone, timeout=60, what="the copies deleted with their pods")
-    finally:
-        vnode.stop()
-        try:
-            await core.delete_node(POOL_NODE)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-        for name in pool_nodes:
-            await ccore.patch_node(name, {"metadata": {"labels": {POOL_KEY: None}}})
-        vnodes["tenant-1"].start()
-        vnodes["tenant-1"].wait_ready()
+        await eventually(lambda: copies_gone(compute_api, tenant_ns), timeout=60,
+                         what="the copies deleted with their pods")

@@ -35,6 +35,8 @@ from ferry.cluster.gpunodes import DEFAULT_MODEL, MODEL_LABEL
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
 from tests.helpers import controller_with_webhooks, eventually, install_crd, url_webhook
+from tests.integration.test_gpu_pools import POOL_KEY, copies_gone, pooled_vnode
+from tests.integration.test_vnode import compute_pod_of
 
 TENANT = "tenant-1"
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta1"
@@ -243,3 +245,62 @@ async def test_kueues_gates_on_plain_pods_are_left_to_kueue_once_it_runs(
                   p.status.container_statuses[0].state.terminated.finished_at) for p in pods)
     assert ran[1][0] >= ran[0][1], f"the pods ran at once, past the quota: {ran}: a Kueue gate was lifted by " \
                                    "someone other than Kueue"
+
+
+async def test_a_flavor_per_gpu_product_runs_each_admitted_job_on_its_products_virtual_node(
+        kueue: list[str], vnodes: dict[str, Component], tenant_api: client.ApiClient,
+        compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """Where the compute cluster has two GPU products, the vnode gives each a GPU pool (here two compute nodes
+    labelled with a product of their own) and the tenant admin a ResourceFlavor per product, as Kueue's
+    documentation writes flavors: a ClusterQueue of 8 GPUs of each. Kueue admits the first Job to the first
+    flavor and, that one full, the second to the other; the tenant's kube-scheduler binds each pod to its
+    product's virtual node, and each copy runs on that product's compute nodes, both at once."""
+    products = {"prod-a": f"a-{tenant_ns}", "prod-b": f"b-{tenant_ns}"}
+    custom, batch = client.CustomObjectsApi(tenant_api), client.BatchV1Api(tenant_api)
+    cluster_queue = f"ferry-test-products-{tenant_ns}"
+    flavors = {pool: f"ferry-test-{pool}-{tenant_ns}" for pool in products}
+    async with pooled_vnode(vnodes, compute_api, tenant_api, products) as members:
+        for pool, value in products.items():
+            await custom.create_cluster_custom_object(GROUP, VERSION, "resourceflavors", {
+                "apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceFlavor", "metadata": {"name": flavors[pool]},
+                "spec": {"nodeLabels": {POOL_KEY: value}, "tolerations": [TOLERATION]}})
+        await custom.create_cluster_custom_object(GROUP, VERSION, "clusterqueues", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterQueue", "metadata": {"name": cluster_queue},
+            "spec": {"namespaceSelector": {}, "resourceGroups": [{
+                "coveredResources": ["nvidia.com/gpu"],
+                "flavors": [{"name": flavors[pool], "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 8}]}
+                            for pool in products]}]}})
+        await custom.create_namespaced_custom_object(GROUP, VERSION, tenant_ns, "localqueues", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "LocalQueue", "metadata": {"name": "products"},
+            "spec": {"clusterQueue": cluster_queue}})
+        for name in ("first", "second"):
+            job = gpu_job(name, 600)
+            job["metadata"]["labels"][QUEUE_LABEL] = "products"
+            await batch.create_namespaced_job(tenant_ns, job)
+            await eventually(lambda n=name: _pod_bound(tenant_api, tenant_ns, n), timeout=60,  # type: ignore[misc]
+                             what=f"Job {name}'s pod bound")  # in order: Kueue gives the first flavor first
+
+        async def both_running() -> dict[str, tuple[str, str]] | None:
+            out = {}
+            for pod in (await client.CoreV1Api(tenant_api).list_namespaced_pod(tenant_ns)).items:
+                copy = await compute_pod_of(compute_api, TENANT, pod.metadata.uid)
+                if pod.status.phase != "Running" or copy is None:
+                    return None
+                out[pod.metadata.labels["job-name"]] = (pod.spec.node_name, copy.spec.node_name)
+            return out if len(out) == 2 else None
+
+        try:
+            placed = await eventually(both_running, timeout=90, what="both Jobs' pods Running")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; {await _state(tenant_api, tenant_ns)}") from None
+        for job, pool in (("first", "prod-a"), ("second", "prod-b")):
+            node, compute_node = placed[job]
+            assert node == f"{NODE}-{pool}" and compute_node in members[pool], placed
+        for name in ("first", "second"):
+            await batch.delete_namespaced_job(name, tenant_ns, propagation_policy="Foreground")
+        await eventually(lambda: copies_gone(compute_api, tenant_ns), timeout=60, what="the copies deleted")
+
+
+async def _pod_bound(api: client.ApiClient, ns: str, job: str) -> bool:
+    pods = (await client.CoreV1Api(api).list_namespaced_pod(ns, label_selector=f"job-name={job}")).items
+    return any(p.spec.node_name for p in pods)

@@ -965,3 +965,48 @@ def test_a_job_only_a_cordoned_node_could_hold_is_told_nothing_about_preempting(
         reason = s.reasons(s.cycle(t))["wide"]
         assert reason.startswith("waiting for a node: no node has 4 GPUs"), reason
         assert "preempt" not in reason, reason
+
+
+def test_a_starving_gang_that_keeps_together_holds_nodes_of_one_zone() -> None:
+    # n1 (zone a) and n3 (zone b) have the youngest occupants, so they should drain first; but held together
+    # they would drain for a gang that may not run across zones
+    c = cluster(_zoned("a", "a", "b", "b"))
+    for n in c.nodes.values():
+        n.labels["slot"] = n.name
+    s = scheduler(c, reservation_after_s=100.0, plugins=NO_LOANS)
+
+    def on(name: str, slot: str, t: float) -> None:
+        job = gang(name, "default", 1, 4, submit=t)
+        job.tasks[0].request = dataclasses.replace(job.tasks[0].request, selector=frozenset({("slot", slot)}))
+        s.submit(job)
+
+    for i, slot in enumerate(("n2", "n2", "n4", "n4")):
+        on(f"old{i}", slot, 0)
+    s.cycle(0)
+    for i, slot in enumerate(("n1", "n1", "n3", "n3")):
+        on(f"young{i}", slot, 50)
+    s.cycle(50)
+    s.submit(_together(gang("close", "default", 2, 8, submit=60)))
+    s.finish("young0")
+    s.submit(gang("filler", "default", 1, 4, submit=61))
+    s.cycle(61)
+    assert c.jobs["close"].bypassed and c.jobs["filler"].replicas[0].node == "n1"
+    s.cycle(200)
+    held = c.jobs["close"].reserved_nodes
+    assert len(held) == 2 and len({c.nodes[n].labels["zone"] for n in held}) == 1, held
+
+
+def test_a_starving_gang_that_keeps_together_on_one_node_holds_one_node() -> None:
+    c = cluster([node("n1", 8), node("n2", 8), node("n3", 8)])
+    s = scheduler(c, reservation_after_s=100.0, plugins=NO_LOANS)
+    for i in range(6):
+        s.submit(gang(f"run{i}", "default", 1, 4, submit=0))
+    s.cycle(0)
+    s.submit(_together(gang("pair", "default", 2, 4, submit=1), together=(Together("team", HOSTNAME_KEY),)))
+    s.finish("run0")
+    s.submit(gang("filler", "default", 1, 4, submit=2))
+    s.cycle(2)
+    assert c.jobs["pair"].bypassed
+    s.cycle(200)
+    held = c.jobs["pair"].reserved_nodes
+    assert len(held) == 1, held  # not one node per replica: the pair runs on one

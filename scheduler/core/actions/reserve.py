@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 from scheduler.core.actions.victims import fewest, tell_to_leave, work_lost
 from scheduler.core.framework import Action, OrderKey, Session
-from scheduler.core.model import Job, JobPhase, Node
+from scheduler.core.model import Job, JobPhase, Node, Together
 from scheduler.core.statement import Statement
 
 LOAN_RECALL = "loan-recall"  # the rule a recalled loan's notice names
@@ -179,6 +179,9 @@ class Reserve(Action):
                     and biggest.admits(n))
 
         nodes = self.sched.cluster.nodes
+        terms = sorted({t for r in job.pending() for t in tasks[r.task].request.together}, key=lambda t: t.term)
+        if terms:
+            return self._pick_in_one_domain(job, terms, [n for n in nodes.values() if usable(n)], age, extra, held)
         chosen = [n for n in held if n in nodes and usable(nodes[n])][:want]
         if len(chosen) < want:
             picked = set(chosen)
@@ -187,6 +190,34 @@ class Reserve(Action):
                              key=lambda n: (age.get(n.name, 0.0), n.domain != domain, -n.free_gpu_milli, n.name))
             chosen += [n.name for n in options[: want - len(chosen)]]
         return tuple(chosen) if len(chosen) >= len(need) else None
+
+
+    def _pick_in_one_domain(self, job: Job, terms: list[Together], usable: list[Node], age: dict[str, float],
+                            extra: int, held: tuple[str, ...]) -> tuple[str, ...] | None:
+        """For a gang whose replicas keep together (required pod affinity): nodes of one domain only, which
+        drained could take the whole gang -- nodes held across domains would drain for nothing. Of the domains
+        that can, the one holding last cycle's nodes (they only get emptier), else the one whose slowest
+        needed node should drain soonest; after ``extra`` doublings the hold takes that many times more of
+        its nodes."""
+        kept = set(held)
+        by_domain: dict[tuple[str, ...], list[Node]] = defaultdict(list)
+        for n in usable:
+            domain = tuple(t.domain(n) for t in terms)
+            if None not in domain:  # a node without the label is in no domain: the gang cannot start there
+                by_domain[tuple(d or "" for d in domain)].append(n)
+        best: tuple[tuple[bool, float, tuple[str, ...]], tuple[str, ...]] | None = None
+        for domain, members in by_domain.items():
+            members.sort(key=lambda n: (n.name not in kept, age.get(n.name, 0.0), -n.free_gpu_milli, n.name))
+            need = next((k for k in range(1, len(members) + 1)
+                         if _could_hold(job, [len(n.devices) * 1000 for n in members[:k]])), None)
+            if need is None:
+                continue  # the domain cannot take the whole gang
+            rank = (not any(n.name in kept for n in members[:need]), max(age.get(n.name, 0.0) for n in members[:need]),
+                    domain)
+            chosen = tuple(n.name for n in members[: need * 2 ** max(extra, 0)])
+            if best is None or rank < best[0]:
+                best = (rank, chosen)
+        return None if best is None else best[1]
 
 
 def _could_hold(job: Job, room: list[int]) -> bool:
