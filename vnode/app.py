@@ -31,6 +31,7 @@ from vnode.events import Backlog, Recorder
 from vnode.kubelet import KubeletAPI, ssl_context
 from vnode.node import TENANT_ACCESS, VirtualNode, forbidden
 from vnode.pods import PodReconciler
+from vnode.selection import SelectionHints
 from vnode.translate import api_service, needs_of, used_by
 from vnode.volumes import Volumes
 
@@ -82,6 +83,8 @@ class Vnode:
                                   cfg.heartbeat_s, cfg.unreachable_after_s, cfg.advertised_labels, self.b.pool_of(node))
                       for node, port in cfg.kubelets.items()]
         self.node = self.nodes[0]
+        self.hints = SelectionHints(self.recorder, self.caches, lambda: [n.labels() for n in self.nodes],
+                                    cfg.advertised_labels + tuple(k for _, sel in cfg.gpu_pools for k, _ in sel))
         self.events = WorkQueue("events", max_delay=5.0)
         self.groups = WorkQueue("groups", max_delay=5.0)
         self.backlog = Backlog()  # compute events waiting to be mirrored
@@ -91,7 +94,7 @@ class Vnode:
         c = self.caches
 
         c.tenant_pods.on_change = self.pods.on_tenant_pod
-        c.tenant_unbound.on_change = self.binder.on_tenant_pod
+        c.tenant_unbound.on_change = self._unbound_pod
         self.binder.on_bound = self.pods.on_tenant_pod
         c.compute_pods.on_change = self.pods.on_compute_pod
         for kind, inf in c.tenant_groups.items():
@@ -107,6 +110,10 @@ class Vnode:
         if self.volumes is not None:
             c.tenant_claims.on_change = self.volumes.on_tenant_claim
             c.tenant_volumes.on_change = self.volumes.on_tenant_volume
+
+    def _unbound_pod(self, kind: str, pod: Obj) -> None:
+        self.binder.on_tenant_pod(kind, pod)
+        self.hints.on_tenant_pod(kind, pod)
 
     def _compute_group_changed(self, kind: str, group: Obj) -> None:
         meta = group["metadata"]
@@ -318,6 +325,7 @@ class Vnode:
                 tg.create_task(n.run())
             tg.create_task(self.pods.queue.run(self.pods.reconcile, self.cfg.workers))
             tg.create_task(self.binder.queue.run(self.binder.reconcile, self.cfg.workers))
+            tg.create_task(self.hints.queue.run(self.hints.reconcile, 1))
             tg.create_task(self.events.run(self.mirror_events, 2))
             tg.create_task(self.groups.run(self.reflect_group, 2))
             if self.volumes is not None:

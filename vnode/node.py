@@ -63,17 +63,24 @@ def advertised(nodes: list[Obj], keys: tuple[str, ...]) -> dict[str, str]:
     ``keys`` (a key, or a prefix ending in "." or "/"): what the virtual node may say of itself, so a tenant
     pod that selects GPU nodes by them (``nvidia.com/gpu.present``, a GPU product a Kueue ResourceFlavor
     names) fits it. Its copy keeps the selector, which every such compute node meets."""
-    gpu_nodes = [n for n in nodes if _ready(n) and not n.get("spec", {}).get("unschedulable")
-                 and float((n.get("status", {}).get("allocatable") or {}).get("nvidia.com/gpu", 0) or 0) > 0]
+    gpu_nodes = schedulable_gpu_nodes(nodes)
     if not gpu_nodes or not keys:
         return {}
 
-    def wanted(key: str) -> bool:
-        return any(key == k or (k.endswith((".", "/")) and key.startswith(k)) for k in keys)
-
-    first = {k: v for k, v in (gpu_nodes[0].get("metadata", {}).get("labels") or {}).items() if wanted(k)}
+    first = {k: v for k, v in (gpu_nodes[0].get("metadata", {}).get("labels") or {}).items() if among(k, keys)}
     return {k: v for k, v in first.items()
             if all((n.get("metadata", {}).get("labels") or {}).get(k) == v for n in gpu_nodes[1:])}
+
+
+def among(key: str, keys: tuple[str, ...]) -> bool:
+    """Whether a label key is one of ``keys`` (a key, or a prefix ending in "." or "/")."""
+    return any(key == k or (k.endswith((".", "/")) and key.startswith(k)) for k in keys)
+
+
+def schedulable_gpu_nodes(nodes: list[Obj]) -> list[Obj]:
+    """The Ready, schedulable compute nodes with GPUs."""
+    return [n for n in nodes if _ready(n) and not n.get("spec", {}).get("unschedulable")
+            and float((n.get("status", {}).get("allocatable") or {}).get("nvidia.com/gpu", 0) or 0) > 0]
 
 
 def in_pool(nodes: list[Obj], pool: dict[str, str]) -> list[Obj]:
@@ -198,6 +205,10 @@ class VirtualNode:
                          "architecture": "amd64", "containerRuntimeVersion": "kube-ferry://1",
                          "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "", "osImage": "Kube-Ferry"},
         }
+
+    def labels(self) -> dict[str, str]:
+        """The labels the Node carries (those advertised as last written)."""
+        return {**node_labels(self.name, self.tenant_label), **self.pool, **(self._advertised or {})}
 
     def compute_nodes(self) -> list[Obj]:
         """The compute nodes behind this virtual node: its pool's, or all."""

@@ -133,3 +133,34 @@ async def test_a_gpu_pool_is_a_virtual_node_of_its_own_whose_pods_run_on_its_com
             await core.delete_namespaced_pod(name, tenant_ns, grace_period_seconds=0)
         await eventually(lambda: copies_gone(compute_api, tenant_ns), timeout=60,
                          what="the copies deleted with their pods")
+
+
+async def test_a_pod_selecting_gpu_nodes_no_virtual_node_carries_is_told_what_the_shared_cluster_has(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """Two compute nodes of a GPU product the others lack: a pod of the tenant's kube-scheduler selecting it
+    waits in the tenant cluster (no virtual node carries it) and is told, where `kubectl describe pod` shows
+    it, that two GPU nodes there have it and that a GPU pool is what is missing; one selecting a product no
+    node has is told that. Before, all it had was the scheduler's "didn't match Pod's node affinity/selector"."""
+    core, ccore = client.CoreV1Api(tenant_api), client.CoreV1Api(compute_api)
+    product = "nvidia.com/gpu.product"
+    free = sorted(n.metadata.name for n in (await ccore.list_node(label_selector="type=kwok,!ferry-test")).items)
+    try:
+        for name in free[:2]:
+            await ccore.patch_node(name, {"metadata": {"labels": {product: f"test-{tenant_ns}"}}})
+        for name, value in (("rare", f"test-{tenant_ns}"), ("absent", f"none-{tenant_ns}")):
+            await core.create_namespaced_pod(tenant_ns, tenant_pod(name, automountServiceAccountToken=False,
+                                                                   nodeSelector={product: value}))
+
+        async def told(name: str) -> str | None:
+            events = (await core.list_namespaced_event(tenant_ns, field_selector=f"involvedObject.name={name}")).items
+            return next((e.message for e in events if e.reason == "NoVirtualNodeSelected"), None)
+
+        rare = await eventually(lambda: told("rare"), timeout=30, what="the pod of a rare product told why it waits")
+        assert rare.startswith("2 of the shared cluster's ") and f"--gpu-pool NAME={product}=test-{tenant_ns}" in rare
+        absent = await eventually(lambda: told("absent"), timeout=30, what="the pod of no product told why")
+        assert absent.startswith(f"no schedulable GPU node of the shared cluster has the {product}"), absent
+        for name in ("rare", "absent"):
+            assert (await core.read_namespaced_pod(name, tenant_ns)).spec.node_name is None
+    finally:
+        for name in free[:2]:
+            await ccore.patch_node(name, {"metadata": {"labels": {product: None}}})

@@ -13,6 +13,7 @@ from ferry.kube.informer import Informer
 from vnode.caches import PodsOnNodes
 from vnode.config import VnodeConfig, parse_pool
 from vnode.node import advertised, capacity, in_pool
+from vnode.selection import tolerates_vnode, unmet_selection, unschedulable
 from vnode.translate import Bridge, admits, compute_pod, node_for
 
 MODEL = "kubeferry.io/gpu-model"
@@ -131,3 +132,33 @@ def test_the_pods_of_every_node_read_as_one_cache() -> None:
     pods.on_change = lambda kind, _: seen.append(kind)
     assert all(i.on_change is pods.on_change for i in by_node.values())
     assert not pods.synced()
+
+
+def _unschedulable(selector: dict[str, str], toleration: dict[str, str] | None = None) -> dict[str, Any]:
+    body = pod(selector=selector)
+    body["spec"]["tolerations"] = [toleration or {"key": "virtual-kubelet.io/provider", "operator": "Exists"}]
+    body["status"] = {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+    return body
+
+
+def test_a_pod_no_virtual_node_meets_is_told_what_the_shared_cluster_has_of_what_it_selects() -> None:
+    def gpu_node(**labels: str) -> dict[str, Any]:
+        return {"metadata": {"labels": labels}, "spec": {}, "status": {
+            "conditions": [{"type": "Ready", "status": "True"}], "allocatable": {"nvidia.com/gpu": "8"}}}
+
+    compute = [gpu_node(**{MODEL: "H100"}), gpu_node(**{MODEL: "H100"}), gpu_node(**{MODEL: "A100"})]
+    virtual = [{"kubernetes.io/hostname": "ferry-t", "nvidia.com/gpu.present": "true"}]
+    keys = ("nvidia.com/gpu.", MODEL)
+    said = unmet_selection(_unschedulable({MODEL: "H100"}), virtual, compute, keys)
+    assert said is not None and said.startswith("2 of the shared cluster's 3 schedulable GPU nodes have the "
+                                                f"{MODEL}") and f"--gpu-pool NAME={MODEL}=H100" in said, said
+    said = unmet_selection(_unschedulable({MODEL: "B200"}), virtual, compute, keys)
+    assert said is not None and said.startswith(f"no schedulable GPU node of the shared cluster has the {MODEL}")
+    # a virtual node meets it (it waits for room, or for another reason), or it selects no GPU label: nothing
+    assert unmet_selection(_unschedulable({MODEL: "H100"}), [*virtual, {MODEL: "H100"}], compute, keys) is None
+    assert unmet_selection(_unschedulable({"nvidia.com/gpu.present": "true"}), virtual, compute, keys) is None
+    assert unmet_selection(_unschedulable({"disk": "ssd"}), virtual, compute, keys) is None
+    # only pods that may go to a virtual node and that their scheduler found no node for are looked at
+    assert tolerates_vnode(_unschedulable({}, {"operator": "Exists"}))
+    assert not tolerates_vnode(_unschedulable({}, {"key": "other", "operator": "Exists"}))
+    assert unschedulable(_unschedulable({})) and not unschedulable(pod())
