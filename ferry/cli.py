@@ -70,7 +70,12 @@ def cmd_up(args: argparse.Namespace) -> int:
         if isinstance(pid, int) and pid_alive(pid) and pid != os.getpid():
             _die(f"{directory} is in use by a running `ferry up` (pid {pid}); run `ferry down --dir {directory}` first")
     shape = Shape(tenants=args.tenants, gpu_nodes=args.gpu_nodes, gpus_per_node=args.gpus_per_node,
-                  base_port=args.base_port, tenant_gpu_nodes=args.tenant_gpu_nodes)
+                  base_port=args.base_port, tenant_gpu_nodes=args.tenant_gpu_nodes,
+                  gpu_models=tuple(m for m in args.gpu_models.split(",") if m))
+    try:
+        shape.validate()
+    except ValueError as exc:
+        _die(str(exc), code=2)
     try:
         bins = binaries.ensure(_progress)
     except binaries.BuildError as exc:
@@ -123,7 +128,7 @@ def _detach(args: argparse.Namespace, directory: Path) -> int:
     out = directory / "logs" / "up.log"
     argv = [sys.executable, "-m", "ferry", "up", "--dir", str(directory), "--tenants", str(args.tenants),
             "--gpu-nodes", str(args.gpu_nodes), "--gpus-per-node", str(args.gpus_per_node),
-            "--tenant-gpu-nodes", str(args.tenant_gpu_nodes), "--supervise"]
+            "--tenant-gpu-nodes", str(args.tenant_gpu_nodes), "--gpu-models", args.gpu_models, "--supervise"]
     if args.base_port is not None:
         argv += ["--base-port", str(args.base_port)]
     if args.control_plane_only:
@@ -293,6 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tenant-gpu-nodes", type=_positive("--tenant-gpu-nodes", 0, 1000), default=0,
                    help="GPU nodes of each tenant's own: its pods run there first and overflow to the "
                         "virtual node when they are full")
+    p.add_argument("--gpu-models", default="",
+                   help="comma-separated GPU products of the compute GPU nodes, in equal blocks (default: one, "
+                        "A100-SXM4-80GB); with several, each vnode has a GPU pool (a virtual node) per product")
     p.add_argument("--base-port", type=_positive("--base-port", 1024, 65000), default=None,
                    help="use consecutive ports from here instead of free ones the kernel picks")
     p.add_argument("--detach", action="store_true", help="return once ready and leave everything running")

@@ -19,15 +19,16 @@ async def _api(kubeconfig: Path) -> client.ApiClient:
 
 
 async def create_gpu_nodes(kubeconfig: Path, count: int, gpus: int, concurrency: int = 16,
-                           prefix: str = "gpu-node") -> None:
-    """Create (idempotently) ``count`` kwok GPU nodes with capacity and topology in their status."""
+                           prefix: str = "gpu-node", models: tuple[str, ...] = ()) -> None:
+    """Create (idempotently) ``count`` kwok GPU nodes with capacity and topology in their status; of
+    ``models`` in equal blocks (default: one model)."""
     api = await _api(kubeconfig)
     try:
         core = client.CoreV1Api(api)
         sem = asyncio.Semaphore(concurrency)
 
         async def one(i: int) -> None:
-            body = gpu_node(i, gpus, prefix=prefix)
+            body = gpu_node(i, gpus, prefix=prefix, **({"model": models[i * len(models) // count]} if models else {}))
             async with sem:
                 try:
                     await core.create_node(body)

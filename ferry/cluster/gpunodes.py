@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -19,6 +20,11 @@ def nvlink_groups(gpus: int) -> list[list[int]]:
     """GPUs linked in groups of four (two NVLink islands on an 8-GPU board); fewer GPUs form one group."""
     size = 4 if gpus >= 8 and gpus % 4 == 0 else gpus
     return [list(range(i, min(i + size, gpus))) for i in range(0, gpus, size)] if gpus else []
+
+
+def pool_name(model: str) -> str:
+    """A GPU product's name as a vnode's GPU pool is named after it (``--gpu-pool``: a short DNS label)."""
+    return re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-")[:22].strip("-") or "gpu"
 
 
 def gpu_node(index: int, gpus: int, model: str = DEFAULT_MODEL, prefix: str = "gpu-node") -> dict[str, Any]:

@@ -11,6 +11,7 @@ import asyncio
 import functools
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterable
@@ -22,6 +23,7 @@ import yaml
 
 from ferry.binaries import Binaries
 from ferry.cluster import bootstrap, kubeconfig, pki
+from ferry.cluster.gpunodes import MODEL_LABEL, pool_name
 from ferry.cluster.ports import PortAllocator
 from ferry.cluster.process import (
     Component,
@@ -53,6 +55,7 @@ class Shape:
     gpus_per_node: int = 8
     base_port: int | None = None
     tenant_gpu_nodes: int = 0  # GPU nodes of each tenant's own (local first, the shared cluster when full)
+    gpu_models: tuple[str, ...] = ()  # the compute GPU nodes' products, in equal blocks (default: one)
     own_etcd: tuple[str, ...] = ()  # clusters with an etcd of their own (the rest share one)
 
     def validate(self) -> None:
@@ -64,6 +67,10 @@ class Shape:
             raise ValueError(f"--tenant-gpu-nodes must be between 0 and 1000, got {self.tenant_gpu_nodes}")
         if not 1 <= self.gpus_per_node <= 64:
             raise ValueError(f"--gpus-per-node must be between 1 and 64, got {self.gpus_per_node}")
+        if len({pool_name(m) for m in self.gpu_models}) != len(self.gpu_models) or len(self.gpu_models) > 4 \
+                or not all(re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", m) for m in self.gpu_models):
+            raise ValueError("--gpu-models must be at most 4 label values whose lower-case names differ, got "
+                             + ",".join(self.gpu_models))
         if self.base_port is not None and not 1024 <= self.base_port <= 65000:
             raise ValueError(f"--base-port must be between 1024 and 65000, got {self.base_port}")
 
@@ -393,10 +400,14 @@ class ControlPlanes:
 
     def add_vnode(self, tenant: str, extra: tuple[str, ...] = ()) -> Component:
         """The tenant's vnode as a supervised component, with its own credentials on both sides; its compute
-        pods' in-cluster clients are pointed at the tenant API (at 127.0.0.1: simulated pods are this host's)."""
+        pods' in-cluster clients are pointed at the tenant API (at 127.0.0.1: simulated pods are this host's).
+        Where the compute GPU nodes are of several products, a GPU pool per product."""
         import sys
 
-        kubelet, metrics = self._ports.take(f"{tenant} vnode kubelet API"), self._ports.take(f"{tenant} vnode metrics")
+        models = self.shape.gpu_models if len(self.shape.gpu_models) > 1 else ()
+        pools = [f"--gpu-pool={pool_name(m)}={MODEL_LABEL}={m}" for m in models]
+        kubelet = self._ports.take_block(1 + len(pools), f"{tenant} vnode kubelet APIs")
+        metrics = self._ports.take(f"{tenant} vnode metrics")
         self._ports.release()
         tp = self.clusters[tenant].pki
         spec = ComponentSpec(
@@ -407,10 +418,10 @@ class ControlPlanes:
                   f"--kubelet-port={kubelet}", f"--metrics-port={metrics}",
                   f"--serving-cert={tp / 'vnode-serving.crt'}", f"--serving-key={tp / 'vnode-serving.key'}",
                   f"--client-ca={tp / 'ca.crt'}", "--storage-class=kube-ferry",
-                  f"--tenant-api=127.0.0.1:{self.clusters[tenant].apiserver_port}", *extra],
+                  f"--tenant-api=127.0.0.1:{self.clusters[tenant].apiserver_port}", *pools, *extra],
             log=self._log(f"{tenant}-vnode"),
             probe=http_probe("127.0.0.1", metrics, "/readyz"),
-            ports=(kubelet, metrics),
+            ports=(*range(kubelet, kubelet + 1 + len(pools)), metrics),
         )
         return self.add_component(spec)
 
@@ -451,7 +462,8 @@ class ControlPlanes:
 
         async def run() -> None:
             local = self.shape.tenant_gpu_nodes
-            await bootstrap.create_gpu_nodes(compute, self.shape.gpu_nodes, self.shape.gpus_per_node)
+            await bootstrap.create_gpu_nodes(compute, self.shape.gpu_nodes, self.shape.gpus_per_node,
+                                             models=self.shape.gpu_models)
             for tenant in self.tenant_names if local else ():
                 await bootstrap.create_gpu_nodes(self.kubeconfig(tenant), local, self.shape.gpus_per_node,
                                                  prefix=LOCAL_NODE_PREFIX)

@@ -70,6 +70,32 @@ class PortAllocator:
             return port
         raise PortInUse(f"no free port outside the ephemeral range {lo}-{hi} for {purpose}")
 
+    def take_block(self, count: int, purpose: str) -> int:
+        """The first of ``count`` consecutive free ports (a vnode's kubelet API and its GPU pools')."""
+        if self._next is not None or count == 1:
+            first = self.take(purpose)
+            for _ in range(count - 1):
+                self.take(purpose)
+            return first
+        for _ in range(200):
+            first = self.take(purpose)
+            rest: list[socket.socket] = []
+            try:
+                for port in range(first + 1, first + count):
+                    if port in self._given or port > 65535:
+                        raise OSError(f"port {port} is taken")
+                    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                    rest.append(s)
+                    s.bind(("127.0.0.1", port))
+            except OSError:
+                for s in rest:
+                    s.close()
+                continue
+            self._held += rest
+            self._given.update(range(first + 1, first + count))
+            return first
+        raise PortInUse(f"no {count} consecutive free ports for {purpose}")
+
     def release(self) -> None:
         for s in self._held:
             with contextlib.suppress(OSError):

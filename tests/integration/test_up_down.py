@@ -116,6 +116,7 @@ def test_killed_up_leaves_nothing_behind(small_up: Path, tmp_path: Path) -> None
         (["--gpu-nodes", "many"], "--gpu-nodes must be a whole number, got 'many'"),
         (["--gpus-per-node", "0"], "--gpus-per-node must be between 1 and 64, got 0"),
         (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+        (["--gpu-models", "A100,a100"], "--gpu-models must be at most 4 label values whose lower-case names differ"),
     ],
 )
 def test_bad_flags_are_one_clear_line(tmp_path: Path, args: list[str], message: str) -> None:
@@ -154,9 +155,12 @@ def test_binary_that_fails_to_start_is_named(tmp_path: Path, binaries: Binaries)
 
 
 def test_full_up_runs_a_tenant_pod_in_the_compute_cluster(tmp_path: Path, binaries: Binaries) -> None:
-    """The product as a user starts it: scheduler + one vnode per tenant; a plain kubectl pod runs."""
+    """The product as a user starts it: scheduler + one vnode per tenant; a plain kubectl pod runs. The
+    compute GPU nodes are of two products, so the vnode has a GPU pool (a virtual node) per product: the pod
+    selects one, runs on that product's compute node, and its logs come through its virtual node."""
     directory = tmp_path / "full"
-    res = ferry("up", "--dir", str(directory), "--tenants", "1", "--gpu-nodes", "2", "--detach")
+    res = ferry("up", "--dir", str(directory), "--tenants", "1", "--gpu-nodes", "2", "--detach",
+                "--gpu-models", "A100-SXM4-80GB,H100-SXM5-80GB")
     assert res.returncode == 0, res.stderr
     try:
         comps = _state(directory)["components"]
@@ -164,16 +168,19 @@ def test_full_up_runs_a_tenant_pod_in_the_compute_cluster(tmp_path: Path, binari
         k, tenant = binaries.path("kubectl"), directory / "tenant-1.kubeconfig"
         wait_sync(lambda: kubectl(k, tenant, "get", "serviceaccount", "default", check=False).returncode == 0,
                   timeout=60, what="default ServiceAccount")
-        overrides = json.dumps({"spec": {"tolerations": [{"key": "virtual-kubelet.io/provider",
-                                                          "operator": "Exists"}]}})
+        overrides = json.dumps({"spec": {"tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
+                                         "nodeSelector": {"kubeferry.io/gpu-model": "H100-SXM5-80GB"}}})
         kubectl(k, tenant, "run", "hello", "--image=x", f"--overrides={overrides}")
         wait_sync(lambda: kubectl(k, tenant, "get", "pod", "hello", "-o", "jsonpath={.status.phase}").stdout
                   == "Running", timeout=60, what="tenant pod Running")
-        assert kubectl(k, tenant, "get", "pod", "hello", "-o", "jsonpath={.spec.nodeName}").stdout == "ferry-tenant-1"
+        assert kubectl(k, tenant, "get", "pod", "hello", "-o", "jsonpath={.spec.nodeName}").stdout \
+            == "ferry-tenant-1-h100-sxm5-80gb"
         assert "simulated workload" in kubectl(k, tenant, "logs", "hello").stdout
         compute = kubectl(k, directory / "compute.kubeconfig", "get", "pods", "-n", "tenant-1", "-o",
                           "jsonpath={.items[*].spec.nodeName}").stdout
-        assert compute.startswith("gpu-node-")
+        assert compute == "gpu-node-0001"  # the second block of nodes: H100s'
+        nodes = kubectl(k, tenant, "get", "nodes", "-o", "jsonpath={.items[*].metadata.name}").stdout.split()
+        assert set(nodes) == {"ferry-tenant-1", "ferry-tenant-1-a100-sxm4-80gb", "ferry-tenant-1-h100-sxm5-80gb"}
     finally:
         assert ferry("down", "--dir", str(directory)).returncode == 0
 

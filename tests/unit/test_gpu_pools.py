@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from ferry.cluster.gpunodes import pool_name
+from ferry.cluster.ports import PortAllocator
 from ferry.kube.informer import Informer
 from vnode.caches import PodsOnNodes
 from vnode.config import VnodeConfig, parse_pool
@@ -162,3 +164,14 @@ def test_a_pod_no_virtual_node_meets_is_told_what_the_shared_cluster_has_of_what
     assert tolerates_vnode(_unschedulable({}, {"operator": "Exists"}))
     assert not tolerates_vnode(_unschedulable({}, {"key": "other", "operator": "Exists"}))
     assert unschedulable(_unschedulable({})) and not unschedulable(pod())
+
+
+def test_ferry_up_names_a_pool_after_its_product_and_gives_a_vnode_consecutive_kubelet_ports() -> None:
+    assert pool_name("H100-SXM5-80GB") == "h100-sxm5-80gb" and pool_name("A100 80GB (PCIe)") == "a100-80gb-pcie"
+    ports = PortAllocator()
+    try:
+        first = ports.take_block(3, "a vnode's kubelet APIs")
+        later = {ports.take("another") for _ in range(20)}
+    finally:
+        ports.release()
+    assert not later & {first, first + 1, first + 2}
