@@ -144,6 +144,18 @@ def node_for(pod: Obj, b: Bridge) -> str:
     return b.node
 
 
+def _in_compute_namespace(term: Obj, ns: str) -> None:
+    """A pod (anti-)affinity term as it reads in the compute cluster, where every namespace of the tenant is the
+    copies' one namespace: it looks there (never at other tenants' namespaces), at the copies of the pods of
+    the tenant namespaces it named (its own by default; every one of the tenant's for a namespace selector)."""
+    listed, by_label = term.pop("namespaces", None) or [], term.pop("namespaceSelector", None)
+    selector = term.get("labelSelector")
+    if selector is None or by_label is not None:
+        return  # a null selector selects nothing; a namespace selector: every namespace of the tenant
+    selector["matchExpressions"] = [*(selector.get("matchExpressions") or []), {
+        "key": naming.UPSTREAM_NS_LABEL, "operator": "In", "values": sorted(set(listed) or {ns})}]
+
+
 def _pod_affinity_terms(affinity: Obj) -> list[Obj]:
     """Every pod (anti-)affinity term, required and preferred."""
     out: list[Obj] = []
@@ -397,8 +409,7 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
         else:
             aff["nodeAffinity"] = kept
         for term in _pod_affinity_terms(aff):
-            if ns in (term.get("namespaces") or []):  # its own namespace: in the compute cluster, the copy's
-                term.pop("namespaces")
+            _in_compute_namespace(term, ns)
     spec["tolerations"] = [t for t in spec.get("tolerations") or []
                            if not str(t.get("key", "")).startswith(("virtual-kubelet.io/", "node.kubernetes.io/"))]
     if b.dns_server and spec.get("dnsPolicy", "ClusterFirst") in ("ClusterFirst", "ClusterFirstWithHostNet"):

@@ -6,6 +6,7 @@ these. Quantities are integers (CPU and GPU in milli, memory in MiB) so accounti
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 
@@ -73,7 +74,14 @@ class NodeRequirement:
     field: bool = False
 
     def admits(self, node: Node) -> bool:
-        value = node.name if self.field else node.labels.get(self.key)
+        return self.holds(node.name if self.field else node.labels.get(self.key))
+
+    def holds_for(self, labels: Mapping[str, str]) -> bool:
+        """The requirement read as one of a pod label selector's, on a pod's labels."""
+        return self.holds(labels.get(self.key))
+
+    def holds(self, value: str | None) -> bool:
+        """Whether a label's value (None: no such label) meets the requirement."""
         match self.op:
             case SelectorOp.IN:
                 return value in self.values
@@ -138,6 +146,21 @@ class Spread(PodTerm):
     min_domains: int = 1
 
 
+@dataclass(frozen=True, slots=True)
+class Avoid(PodTerm):
+    """A required pod anti-affinity with any pod, of any job, the term selects: pods in ``namespaces`` (None:
+    every namespace) whose labels meet ``selector``. A replica with it is never in the domain of such a pod, and
+    no pod comes into the domain of a replica whose term selects it (kube-scheduler's InterPodAffinity filter,
+    both sides)."""
+
+    namespaces: frozenset[str] | None = None
+    selector: tuple[NodeRequirement, ...] = ()
+
+    def selects(self, namespace: str, labels: Mapping[str, str]) -> bool:
+        return (self.namespaces is None or namespace in self.namespaces) and all(
+            r.holds_for(labels) for r in self.selector)
+
+
 def describe_affinity(terms: AffinityTerms) -> str:
     """Terms as a user reads them in a pending reason."""
     return " or ".join(" and ".join(map(str, term)) or "(an empty term)" for term in terms)
@@ -159,6 +182,7 @@ class Request:
     together: frozenset[Together] = frozenset()  # its required pod affinities among its job's replicas
     spread: frozenset[Spread] = frozenset()  # its topology spread constraints among its job's replicas
     marks: frozenset[str] = frozenset()  # the terms of its job's pod (anti-)affinities and spreads that select it
+    avoid: frozenset[Avoid] = frozenset()  # its required pod anti-affinities with pods of any job
 
     def __post_init__(self) -> None:
         if self.cpu_milli < 0 or self.mem_mib < 0 or self.gpus < 0:
@@ -178,7 +202,7 @@ class Request:
     def states_placement(self) -> bool:
         """Whether it states where to run beyond its node selector and required affinity: pod terms among its
         job's replicas or preferred nodes (``Placer.find_for`` weighs them)."""
-        return bool(self.apart or self.marks or self.together or self.spread or self.preferred)
+        return bool(self.apart or self.marks or self.together or self.spread or self.preferred or self.avoid)
 
     def preference(self, node: Node) -> int:
         """The summed weight of the preferred terms ``node`` meets (an empty term meets none, as in Kubernetes)."""
@@ -293,6 +317,7 @@ class Task:
     request: Request
     min_available: int | None = None  # None: all replicas
     on_failure: OnReplicaFailure = OnReplicaFailure.ABORT_JOB
+    labels: Mapping[str, str] = field(default_factory=dict)  # its pods' labels, which other pods' terms select
 
     @property
     def minimum(self) -> int:
@@ -316,6 +341,7 @@ class Job:
     queue: str
     tasks: list[Task]
     submit_time: float = 0.0
+    namespace: str = ""  # its pods' namespace, where pod terms select pods
     tier: Tier = Tier.GUARANTEED
     priority: int = 0
     min_member: int | None = None

@@ -113,12 +113,16 @@ class Placer:
         self.capacity = 0  # GPU milli of schedulable nodes
         # node -> the replicas bound there (dicts as ordered sets), to recount a node's use from scratch
         self.on_node: dict[str, dict[tuple[str, str, int], tuple[Job, Replica]]] = defaultdict(dict)
+        # the bound replicas whose pod anti-affinity reaches other jobs' pods: every placement looks at them
+        self._avoiders: dict[tuple[str, str, int], tuple[Job, Replica]] = {}
         for node in cluster.nodes.values():
             self._index(node)
         for job in cluster.jobs.values():  # a placer made anew for a model that has bindings
             for r in job.replicas:
                 if r.phase is ReplicaPhase.BOUND and r.node is not None:
                     self.on_node[r.node][(job.name, r.task, r.index)] = (job, r)
+                    if job.task_by_name[r.task].request.avoid:
+                        self._avoiders[(job.name, r.task, r.index)] = (job, r)
 
     # ------------------------------------------------------------------ index
     def _index(self, node: Node) -> None:
@@ -210,6 +214,8 @@ class Placer:
                 raise AssertionError(f"GPU {d} of {node_name} over-committed by {job.name}")
         replica.phase, replica.node, replica.devices = ReplicaPhase.BOUND, node_name, devices
         self.on_node[node_name][(job.name, replica.task, replica.index)] = (job, replica)
+        if req.avoid:
+            self._avoiders[(job.name, replica.task, replica.index)] = (job, replica)
         self._charge(job.queue, req.gpu_total)
         job.allocated += req.gpu_total
         self._index(node)
@@ -246,6 +252,8 @@ class Placer:
             return
         req = job.task_by_name[replica.task].request
         self.on_node[replica.node].pop((job.name, replica.task, replica.index), None)
+        if req.avoid:
+            self._avoiders.pop((job.name, replica.task, replica.index), None)
         node = self.cluster.nodes.get(replica.node)
         if node is not None:
             node.used_cpu -= req.cpu_milli
@@ -396,7 +404,7 @@ class Placer:
         """``find`` for a replica of ``job``, within what its pod terms leave it (``confined``), and among the
         nodes its preferred node affinity weighs most that have room (binpacking and topology decide among
         those): a preference is met whenever it can be, not traded against a tighter fit."""
-        if not req.states_placement:
+        if not req.states_placement and not self._avoiders:
             return self.find(req, excluded, domain)
         barred = self.confined(job, req, excluded)
         if not req.preferred:
@@ -418,10 +426,12 @@ class Placer:
         """``excluded`` and the nodes a replica of ``req`` may not use by its job's pod anti-affinities: those
         in a domain of a bound replica of the job that it keeps away, or that keeps it away. A walk over the
         job's replicas (and, for a domain other than the node, over the nodes): only for jobs that state one."""
-        if not req.apart and not req.marks:
+        if not req.apart and not req.marks and not req.avoid and not self._avoiders:
             return excluded
         tasks, nodes = job.task_by_name, self.cluster.nodes
         banned: dict[str, set[str]] = defaultdict(set)  # label key -> its domains taken
+        if req.avoid or self._avoiders:
+            self._peers_barred(job, req, banned)
         for r in job.replicas:
             node = nodes.get(r.node) if r.phase is ReplicaPhase.BOUND and r.node else None
             if node is None:
@@ -437,6 +447,33 @@ class Placer:
             else:
                 out |= {n.name for n in nodes.values() if n.labels.get(key) in domains}
         return excluded | out if out else excluded
+
+    def _peers_barred(self, job: Job, req: Request, banned: dict[str, set[str]]) -> None:
+        """Add to ``banned`` the domains a replica of ``req`` may not go to by pod anti-affinity with pods of any
+        job (kube-scheduler's InterPodAffinity filter, both sides): those holding a bound pod one of its terms
+        selects, and those of a bound pod whose term selects it. The first is a walk over the bound replicas,
+        for replicas that state such a term; the second over the few bound replicas that do."""
+        nodes = self.cluster.nodes
+        if req.avoid:
+            for name, occupants in self.on_node.items():
+                node = nodes.get(name)
+                if node is None or not occupants:
+                    continue
+                for other, r in occupants.values():
+                    labels = other.task_by_name[r.task].labels
+                    for a in req.avoid:
+                        if a.selects(other.namespace, labels) and (d := a.domain(node)) is not None:
+                            banned[a.key].add(d)
+        if not self._avoiders:
+            return
+        mine = next((t.labels for t in job.tasks if t.request is req), {})
+        for other, r in self._avoiders.values():
+            node = nodes.get(r.node or "")
+            if node is None:
+                continue
+            for a in other.task_by_name[r.task].request.avoid:
+                if a.selects(job.namespace, mine) and (d := a.domain(node)) is not None:
+                    banned[a.key].add(d)
 
     def confined(self, job: Job, req: Request, excluded: frozenset[str]) -> frozenset[str]:
         """``off_limits`` and, for a replica with a pod affinity among its job's replicas, the nodes outside
@@ -541,7 +578,8 @@ class Placer:
         for replica in order:
             req = tasks[replica.task].request
             found = (self.find_for(job, req, excluded | pin if group and replica.task in group else excluded, domain)
-                     if req.states_placement else self.find(req, excluded, domain))  # the hot path: no call more
+                     if req.states_placement or self._avoiders
+                     else self.find(req, excluded, domain))  # the hot path: no call more
             if found is None:
                 self.unwind(job, done)
                 return None

@@ -37,6 +37,7 @@ from scheduler.core.model import (
     GPU_MILLI,
     AffinityTerms,
     Apart,
+    Avoid,
     Cluster,
     Dependency,
     Device,
@@ -232,6 +233,30 @@ def own_pod_terms(first: Mapping[str, Obj]) -> dict[str, OwnTerms]:
         if any(found):
             out[task] = found
     return out
+
+
+def peer_terms(pod: Obj) -> frozenset[Avoid]:
+    """A pod's required pod anti-affinities as they reach pods of any job: the namespaces a term looks at
+    (its own by default, those listed, every one for ``namespaceSelector: {}``) and its label selector. A term
+    with a namespace selector by labels is left out (the core does not know namespaces' labels), as is one
+    whose selector is null (it selects nothing)."""
+    affinity = pod.get("spec", {}).get("affinity") or {}
+    own_ns = pod["metadata"].get("namespace", "")
+    out: set[Avoid] = set()
+    for t in (affinity.get("podAntiAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or []:
+        selector, by_label = t.get("labelSelector"), t.get("namespaceSelector")
+        if not t.get("topologyKey") or selector is None or by_label not in (None, {}):
+            continue
+        listed = frozenset(str(n) for n in t.get("namespaces") or ())
+        namespaces = None if by_label == {} else (listed or frozenset({own_ns}))
+        reqs = [NodeRequirement(str(k), SelectorOp.IN, (str(v),))
+                for k, v in (selector.get("matchLabels") or {}).items()]
+        try:
+            reqs += [_requirement(e, field=False) for e in selector.get("matchExpressions") or []]
+        except BadSpec:
+            continue  # not an operator the API server lets through
+        out.add(Avoid(json.dumps(t, sort_keys=True), str(t["topologyKey"]), namespaces, tuple(reqs)))
+    return frozenset(out)
 
 
 def _with_label_keys(constraint: Obj, labels: Mapping[str, str]) -> Obj | None:
@@ -513,6 +538,7 @@ class JobShape:
     stopped_at: float | None = None
     moved_at: float | None = None  # when it was last told to move (consolidation's cooldown), kept the same way
     held_nodes: tuple[str, ...] = ()  # nodes held for it while it waits (its status, see :func:`held_status`)
+    labels: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()  # task -> its pods' labels (its first pod's)
     on_loan_from: tuple[str, ...] = ()  # the waiting gangs whose held nodes it runs on, on loan
 
 
@@ -550,7 +576,9 @@ def _job(name: str, pods: list[Obj], group: Obj | None, ns_queue: dict[str, str]
     shape = cache.shape(name, pods, group, ns_queue)
     if shape.queue not in queues:
         raise BadSpec(f"queue {shape.queue!r} does not exist")
-    job = Job(name, shape.queue, [Task(t, n, req, min_available=m) for t, n, req, m in shape.tasks],
+    labels = dict(shape.labels)
+    job = Job(name, shape.queue, [Task(t, n, req, min_available=m, labels=dict(labels.get(t, ())))
+                                  for t, n, req, m in shape.tasks], namespace=name.split("/", 1)[0],
               submit_time=shape.submit_time, tier=shape.tier, priority=shape.priority, min_member=shape.min_member,
               replicas=[Replica(t, i, ReplicaPhase.BOUND if node else ReplicaPhase.PENDING, node, devices)
                         for t, i, node, devices in shape.replicas],
@@ -622,6 +650,8 @@ def _shape(pods: list[Obj], group: Obj | None, namespace_queue: str | None) -> J
         (req,) = requests
         if task in own_terms:
             req = replace(req, **own_terms[task]._asdict())
+        if avoid := peer_terms(task_pods[0]):
+            req = replace(req, avoid=avoid)
         tasks.append((task, len(task_pods), req, min_task.get(task)))
         for i, p in enumerate(task_pods):
             by_replica[(task, i)] = p
@@ -638,6 +668,8 @@ def _shape(pods: list[Obj], group: Obj | None, namespace_queue: str | None) -> J
     started = max(scheduled, min((t for p in pods if p.get("spec", {}).get("nodeName")
                                   and (t := (p.get("status") or {}).get("startTime"))), default=""))
     return JobShape(
+        labels=tuple((task, tuple(sorted((task_pods[0]["metadata"].get("labels") or {}).items())))
+                     for task, task_pods in by_task.items()),
         queue=queue, tasks=tuple(tasks),
         replicas=tuple(replicas), by_replica=by_replica, submit_time=_ts(created),
         tier=Tier.ELASTIC if gspec.get("tier") == "Elastic" else Tier.GUARANTEED,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import ssl
 import uuid
 from collections.abc import Awaitable
@@ -1243,3 +1244,60 @@ async def test_a_claim_over_the_compute_namespaces_quota_stays_pending_and_says_
     await eventually(lambda: _claim(core, tenant_ns, "huge", "Bound"), timeout=60,
                      what="the claim Bound once the quota is gone")
     await core.delete_namespaced_persistent_volume_claim("huge", tenant_ns)
+
+
+async def test_an_in_place_resize_is_refused_by_the_tenant_api_and_the_copy_keeps_its_resources(
+        planes: ControlPlanes, tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """`kubectl patch --subresource resize` (in-place resize, GA in Kubernetes 1.35) on a bridged pod: the copy
+    runs in the shared cluster with what it was placed by, and the virtual node does not declare the feature
+    (``status.declaredFeatures``), so the tenant's API server refuses the resize at once, saying why."""
+    core = client.CoreV1Api(tenant_api)
+    body = tenant_pod("sized", automountServiceAccountToken=False)
+    body["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "100m", "memory": "64Mi"}
+    uid = (await core.create_namespaced_pod(tenant_ns, body)).metadata.uid
+    await eventually(lambda: _with_phase(core, tenant_ns, "sized", "Running"), what="the pod Running")
+    patch = {"spec": {"containers": [{"name": "main", "resources": {"requests": {"cpu": "200m"}}}]}}
+    res = kubectl(planes.bin.path("kubectl"), planes.kubeconfig("tenant-1"), "-n", tenant_ns, "patch", "pod",
+                  "sized", "--subresource=resize", "--type=strategic", "-p", json.dumps(patch), check=False)
+    assert res.returncode != 0 and "Pod running on node without support for resize" in res.stderr, res.stderr
+    pod = await core.read_namespaced_pod("sized", tenant_ns)
+    assert pod.spec.containers[0].resources.requests["cpu"] == "100m"
+    copy = await compute_pod_of(compute_api, "tenant-1", uid)
+    assert copy.spec.containers[0].resources.requests["cpu"] == "100m"
+
+
+async def test_pods_of_separate_jobs_that_keep_apart_by_pod_anti_affinity_run_on_separate_compute_nodes(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """Three replicas of one app, each a job of its own (a Deployment's pods, here for a scheduler the vnode
+    serves), with a required pod anti-affinity on the node selecting the app: in the compute cluster each runs
+    on a node of its own, where binpacking alone stacked them on one; a fourth pod of the app that states
+    nothing keeps off their nodes too (the other side of the rule)."""
+    core = client.CoreV1Api(tenant_api)
+    app = f"web-{tenant_ns}"
+    apart = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": "kubernetes.io/hostname"}]}}
+
+    def replica(name: str, labels: dict[str, str], **spec: Any) -> dict[str, Any]:
+        body = tenant_pod(name, automountServiceAccountToken=False, schedulerName="kube-ferry", **spec)
+        body["metadata"]["labels"] = labels
+        return body
+
+    uids = {}
+    for name in ("web-0", "web-1", "web-2"):
+        uids[name] = (await core.create_namespaced_pod(tenant_ns, replica(name, {"app": app}, affinity=apart))
+                      ).metadata.uid
+
+    async def placed(names: list[str]) -> dict[str, str] | None:
+        out = {}
+        for name in names:
+            copy = await compute_pod_of(compute_api, "tenant-1", uids[name])
+            if copy is None or not copy.spec.node_name:
+                return None
+            out[name] = copy.spec.node_name
+        return out
+
+    first = await eventually(lambda: placed(["web-0", "web-1", "web-2"]), timeout=60, what="three replicas placed")
+    assert len(set(first.values())) == 3, first
+    uids["late"] = (await core.create_namespaced_pod(tenant_ns, replica("late", {"app": app}))).metadata.uid
+    later = await eventually(lambda: placed(["late"]), timeout=60, what="the fourth pod placed")
+    assert later["late"] not in first.values(), (first, later)

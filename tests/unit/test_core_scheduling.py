@@ -12,6 +12,7 @@ from scheduler.core.decisions import Bind, CancelEviction, Evict, NotifyWillEvic
 from scheduler.core.model import (
     HOSTNAME_KEY,
     Apart,
+    Avoid,
     Job,
     JobPhase,
     Node,
@@ -1010,3 +1011,43 @@ def test_a_starving_gang_that_keeps_together_on_one_node_holds_one_node() -> Non
     s.cycle(200)
     held = c.jobs["pair"].reserved_nodes
     assert len(held) == 1, held  # not one node per replica: the pair runs on one
+
+
+WEB = Avoid("web-apart", HOSTNAME_KEY, frozenset({"a"}), (NodeRequirement("app", SelectorOp.IN, ("web",)),))
+
+
+def _pod(name: str, ns: str, labels: dict[str, str], avoid: frozenset[Avoid] = frozenset(), submit: float = 0) -> Job:
+    job = gang(name, "default", 1, 1, submit=submit)
+    job.namespace = ns
+    job.tasks[0].labels = labels
+    job.tasks[0].request = dataclasses.replace(job.tasks[0].request, avoid=avoid)
+    return job
+
+
+def test_single_pods_of_one_deployment_that_keep_apart_run_on_separate_nodes_and_others_keep_off_them() -> None:
+    # three one-pod jobs whose anti-affinity selects each other (a Deployment's replicas, one per node):
+    # binpacking alone would stack them on one node
+    c = cluster([node(f"n{i}", 8) for i in range(1, 6)])
+    s = scheduler(c)
+    for i in range(3):
+        s.submit(_pod(f"web{i}", "a", {"app": "web"}, frozenset({WEB}), submit=i))
+    s.cycle(0)
+    nodes = [c.jobs[f"web{i}"].replicas[0].node for i in range(3)]
+    assert len(set(nodes)) == 3, nodes
+    # a pod the terms select keeps off their nodes though it states nothing (the other side of the rule);
+    # one of another namespace, or without the label, binpacks beside them
+    s.submit(_pod("late", "a", {"app": "web"}, submit=5))
+    s.submit(_pod("other-ns", "b", {"app": "web"}, submit=6))
+    s.submit(_pod("other-app", "a", {"app": "db"}, submit=7))
+    s.cycle(10)
+    assert c.jobs["late"].replicas[0].node not in nodes
+    assert c.jobs["other-ns"].replicas[0].node in nodes and c.jobs["other-app"].replicas[0].node in nodes
+    # a fourth replica takes the last node without one of them ("late" counts: the terms select it); a fifth
+    # has none left and waits
+    for i in range(3, 5):
+        s.submit(_pod(f"web{i}", "a", {"app": "web"}, frozenset({WEB}), submit=10 + i))
+    s.cycle(20)
+    taken = [c.jobs[name].replicas[0].node for name in ("web0", "web1", "web2", "web3", "late")]
+    assert len(set(taken)) == 5, taken
+    assert c.jobs["web4"].phase is JobPhase.PENDING
+    assert "its pod anti-affinity keeps it off 5 node(s)" in c.jobs["web4"].reason, c.jobs["web4"].reason

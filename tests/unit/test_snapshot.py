@@ -327,3 +327,25 @@ def test_a_jobs_spread_constraints_among_its_own_pods_are_kept_and_soft_ones_are
     assert (spread.key, spread.max_skew, spread.min_domains) == ("zone", 2, 3)
     # matchLabelKeys: each role's constraint counts the pods of its own role
     assert worker.marks == {spread.term} and master.marks == {by_master.term} and spread != by_master
+
+
+def test_pod_anti_affinity_with_any_job_is_read_with_the_namespaces_it_looks_at_and_the_pods_labels() -> None:
+    member = partial(_member, kind="podAntiAffinity")
+    database = {"labelSelector": {"matchLabels": {"app": "db"},
+                                  "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["test"]}]},
+                "topologyKey": "kubernetes.io/hostname"}
+    listed = {**database, "namespaces": ["other", "ns"]}
+    everywhere = {**database, "namespaceSelector": {}}
+    by_label = {**database, "namespaceSelector": {"matchLabels": {"team": "x"}}}  # namespaces' labels: unknown
+    selects_nothing = {"topologyKey": "kubernetes.io/hostname"}
+    pods = {"ns/w0": member("w0", "worker", [database, listed, everywhere, by_label, selects_nothing])}
+    snap = build(NODES, pods, {"ns/g": {**GROUP, "spec": {"minMember": 1}}}, {}, 0.0, ShapeCache())
+    job = snap.cluster.jobs["ns/g"]
+    assert job.namespace == "ns" and job.tasks[0].labels["app"] == "train"
+    terms = {a.namespaces: a for a in job.tasks[0].request.avoid}
+    assert set(terms) == {frozenset({"ns"}), frozenset({"other", "ns"}), None}
+    own = terms[frozenset({"ns"})]
+    assert own.selector == (NodeRequirement("app", SelectorOp.IN, ("db",)),
+                            NodeRequirement("tier", SelectorOp.NOT_IN, ("test",)))
+    assert own.selects("ns", {"app": "db"}) and not own.selects("ns", {"app": "db", "tier": "test"})
+    assert not own.selects("other", {"app": "db"}) and terms[None].selects("other", {"app": "db"})

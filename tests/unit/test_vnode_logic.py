@@ -192,17 +192,26 @@ def test_a_copy_keeps_the_node_affinity_that_picks_compute_nodes_and_drops_what_
     # ORed terms: one met by the virtual node alone lets the pod run anywhere
     assert copied([{"matchExpressions": [gpu]}, {"matchExpressions": [host]}]) is None
     assert copied([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["ferry-tenant-1"]}]}]) is None
-    # a pod (anti-)affinity term naming the pod's own namespace names the copy's
+    # a pod (anti-)affinity term looks at the copies' namespace, at the copies of the pods of the tenant
+    # namespaces it names (its own by default), and never at another tenant's namespace
+    own_ns = tenant_pod()["metadata"]["namespace"]
     own = {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname",
-           "namespaces": [tenant_pod()["metadata"]["namespace"]]}
-    other = {**own, "namespaces": ["elsewhere"]}
-    anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [own, other],
+           "namespaces": [own_ns]}
+    other = {**copy.deepcopy(own), "namespaces": ["elsewhere", own_ns]}
+    anywhere = {**copy.deepcopy(own), "namespaceSelector": {}}
+    anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [own, other, anywhere],
                                 "preferredDuringSchedulingIgnoredDuringExecution": [
-                                    {"weight": 1, "podAffinityTerm": copy.deepcopy(own)}]}}
+                                    {"weight": 1, "podAffinityTerm": {k: v for k, v in copy.deepcopy(own).items()
+                                                                      if k != "namespaces"}}]}}
     terms = compute_pod(tenant_pod(affinity=anti), B)["spec"]["affinity"]["podAntiAffinity"]
-    assert [t.get("namespaces") for t in terms["requiredDuringSchedulingIgnoredDuringExecution"]] == [
-        None, ["elsewhere"]]
-    assert "namespaces" not in terms["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    required = terms["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert not any("namespaces" in t or "namespaceSelector" in t for t in required)
+    ns_of = naming.UPSTREAM_NS_LABEL
+    assert [t["labelSelector"].get("matchExpressions") for t in required] == [
+        [{"key": ns_of, "operator": "In", "values": [own_ns]}],
+        [{"key": ns_of, "operator": "In", "values": sorted(["elsewhere", own_ns])}], None]
+    preferred = terms["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    assert preferred["labelSelector"]["matchExpressions"] == [{"key": ns_of, "operator": "In", "values": [own_ns]}]
     # preferences keep what is about compute nodes, with their weights
     assert copied([{"matchExpressions": [role]}],
                   [{"weight": 5, "preference": {"matchExpressions": [zone, host]}},
@@ -572,6 +581,9 @@ def test_views_align_columns_and_pick_the_first_fitting_hint() -> None:
     assert "used fewer GPUs recently" in hint_for("Unschedulable", f"{behind}; fair-over-time: queues borrow idle "
                                                   "GPUs least recent usage first (half-life 24 h; ...)")
     assert "ask for less" in hint_for("Unschedulable", "cannot be scheduled: no node has 16 GPUs")
+    assert "preferred anti-affinity instead" in hint_for(
+        "Unschedulable", f"{behind}; its pod anti-affinity keeps it off 5 node(s), where pods it keeps away from run "
+        "(or pods that keep away from it); no running job may be preempted for it now")
     assert "virtual node included" in hint_for("Unschedulable", "0/1 nodes: 1 Insufficient nvidia.com/gpu.")
     assert "ran on loan" in hint_for("Preempting", "recalling 1 job(s) on loan on its held node(s): t/loan")
     assert hint_for("Something", "unheard of") == ""

@@ -210,6 +210,9 @@ class Allocate(Action):
         msg = (f"{WAITING_FOR_CAPACITY}: gang of {len(need)} replica(s) needs {gpus:g} GPUs all at once "
                f"(largest replica {biggest.gpus if biggest else 0} GPU(s) on one node; "
                f"largest free block now {largest}{where})")
+        if biggest is not None and (barred := self.sched.placer.off_limits(job, biggest, frozenset())):
+            msg += (f"; its pod anti-affinity keeps it off {len(barred)} node(s), where pods it keeps away from "
+                    "run (or pods that keep away from it)")
         if reservations:
             msg += "; some nodes are held for a longer-waiting job"
         return msg
