@@ -273,8 +273,8 @@ def same(old: Job, new: Job) -> bool:
         return False
     if old.phase.terminal or len(old.replicas) != len(new.replicas):
         return False
-    if [(t.name, t.replicas, t.request, t.min_available) for t in old.tasks] != [
-            (t.name, t.replicas, t.request, t.min_available) for t in new.tasks]:
+    if [(t.name, t.replicas, t.request, t.min_available, t.labels) for t in old.tasks] != [
+            (t.name, t.replicas, t.request, t.min_available, t.labels) for t in new.tasks]:  # labels: pod terms
         return False
     for a, b in zip(old.replicas, new.replicas, strict=True):
         if (a.task, a.index) != (b.task, b.index):

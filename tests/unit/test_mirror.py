@@ -250,3 +250,16 @@ def test_a_queues_status_alone_re_derives_nothing_and_its_spec_does() -> None:
     w.mirror.queue_changed("q")
     w.mirror.sync(4.0, {})
     assert w.mirror.queue_syncs == syncs + 2
+
+
+def test_a_job_whose_pods_labels_changed_is_derived_afresh() -> None:
+    """Other pods' anti-affinity terms select pods by their labels: a relabelled pod's job is replaced in the
+    model, as one whose request changed is."""
+    from scheduler.core.model import Job, Request, Task
+    from scheduler.service.mirror import same
+
+    def job(labels: dict[str, str]) -> Job:
+        return Job("ns/pod/p", "q", [Task("worker", 1, Request(gpus=1), labels=labels)], namespace="ns")
+
+    assert same(job({"app": "web"}), job({"app": "web"}))
+    assert not same(job({"app": "web"}), job({"app": "db"}))
