@@ -53,10 +53,10 @@ HINTS = (
                                       "recently borrow first: it starts when GPUs free up that they do not wait for"),
     ("holding node(s)", "it has waited long, so nodes are held for it: no new job starts there (short ones "
                         "on loan aside) and it starts once their running jobs finish"),
-    ("its pod anti-affinity keeps it off", "pods its required pod anti-affinity keeps it away from (or whose own "
-                                           "keeps them away from it) run on the nodes that have room: it starts "
-                                           "as GPUs free up elsewhere or those pods leave, or sooner with a "
-                                           "preferred anti-affinity instead"),
+    ("its pod affinity and anti-affinity rule out", "its required pod (anti-)affinity leaves it only nodes "
+                                                    "without room: it starts as GPUs free up there, or as the pods "
+                                                    "it keeps away from leave (or those it keeps beside arrive), "
+                                                    "or sooner with preferred terms instead"),
     ("on the nodes it may use", "its node selector, node affinity or GPU model leaves it few nodes, and they "
                                 "have too little free: it starts as those nodes free up, or sooner if it may use "
                                 "more nodes"),

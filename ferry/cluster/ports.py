@@ -77,12 +77,13 @@ class PortAllocator:
             for _ in range(count - 1):
                 self.take(purpose)
             return first
+        lo, hi = ephemeral_range()
         for _ in range(200):
             first = self.take(purpose)
             rest: list[socket.socket] = []
             try:
                 for port in range(first + 1, first + count):
-                    if port in self._given or port > 65535:
+                    if port in self._given or port > 65535 or lo <= port <= hi:  # kept outside, as take's
                         raise OSError(f"port {port} is taken")
                     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
                     rest.append(s)

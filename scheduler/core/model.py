@@ -147,11 +147,9 @@ class Spread(PodTerm):
 
 
 @dataclass(frozen=True, slots=True)
-class Avoid(PodTerm):
-    """A required pod anti-affinity with any pod, of any job, the term selects: pods in ``namespaces`` (None:
-    every namespace) whose labels meet ``selector``. A replica with it is never in the domain of such a pod, and
-    no pod comes into the domain of a replica whose term selects it (kube-scheduler's InterPodAffinity filter,
-    both sides)."""
+class PeerTerm(PodTerm):
+    """A required pod term that selects pods of any job: those in ``namespaces`` (None: every namespace) whose
+    labels meet ``selector``."""
 
     namespaces: frozenset[str] | None = None
     selector: tuple[NodeRequirement, ...] = ()
@@ -159,6 +157,20 @@ class Avoid(PodTerm):
     def selects(self, namespace: str, labels: Mapping[str, str]) -> bool:
         return (self.namespaces is None or namespace in self.namespaces) and all(
             r.holds_for(labels) for r in self.selector)
+
+
+@dataclass(frozen=True, slots=True)
+class Avoid(PeerTerm):
+    """A required pod anti-affinity with any pod the term selects, of any job: a replica with it is never in
+    the domain of such a pod, and no pod comes into the domain of a replica whose term selects it
+    (kube-scheduler's InterPodAffinity filter, both sides)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Near(PeerTerm):
+    """A required pod affinity with pods of other jobs the term selects: a replica with it runs only in a domain
+    holding such a pod; while none runs, only if the term selects the replica itself (Kubernetes' rule for
+    the first pod of a group), on a node that has the label."""
 
 
 def describe_affinity(terms: AffinityTerms) -> str:
@@ -183,6 +195,7 @@ class Request:
     spread: frozenset[Spread] = frozenset()  # its topology spread constraints among its job's replicas
     marks: frozenset[str] = frozenset()  # the terms of its job's pod (anti-)affinities and spreads that select it
     avoid: frozenset[Avoid] = frozenset()  # its required pod anti-affinities with pods of any job
+    near: frozenset[Near] = frozenset()  # its required pod affinities with pods of other jobs
 
     def __post_init__(self) -> None:
         if self.cpu_milli < 0 or self.mem_mib < 0 or self.gpus < 0:
@@ -202,7 +215,8 @@ class Request:
     def states_placement(self) -> bool:
         """Whether it states where to run beyond its node selector and required affinity: pod terms among its
         job's replicas or preferred nodes (``Placer.find_for`` weighs them)."""
-        return bool(self.apart or self.marks or self.together or self.spread or self.preferred or self.avoid)
+        return bool(self.apart or self.marks or self.together or self.spread or self.preferred or self.avoid
+                    or self.near)
 
     def preference(self, node: Node) -> int:
         """The summed weight of the preferred terms ``node`` meets (an empty term meets none, as in Kubernetes)."""

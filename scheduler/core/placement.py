@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -23,6 +23,7 @@ from scheduler.core.model import (
     Cluster,
     Job,
     Node,
+    PeerTerm,
     PodTerm,
     Replica,
     ReplicaPhase,
@@ -466,7 +467,7 @@ class Placer:
                             banned[a.key].add(d)
         if not self._avoiders:
             return
-        mine = next((t.labels for t in job.tasks if t.request is req), {})
+        mine = self._labels_of(job, req)
         for other, r in self._avoiders.values():
             node = nodes.get(r.node or "")
             if node is None:
@@ -475,16 +476,41 @@ class Placer:
                 if a.selects(job.namespace, mine) and (d := a.domain(node)) is not None:
                     banned[a.key].add(d)
 
+    @staticmethod
+    def _labels_of(job: Job, req: Request) -> Mapping[str, str]:
+        """The pod labels of the job's task that asks ``req``."""
+        return next((t.labels for t in job.tasks if t.request is req), {})
+
+    def _peer_domains(self, term: PeerTerm) -> set[str]:
+        """The domains of ``term`` holding a bound pod, of any job, the term selects."""
+        nodes, out = self.cluster.nodes, set()
+        for name, occupants in self.on_node.items():
+            node = nodes.get(name)
+            if node is None or (domain := term.domain(node)) is None or domain in out:
+                continue
+            if any(term.selects(other.namespace, other.task_by_name[r.task].labels) for other, r in occupants.values()):
+                out.add(domain)
+        return out
+
     def confined(self, job: Job, req: Request, excluded: frozenset[str]) -> frozenset[str]:
-        """``off_limits`` and, for a replica with a pod affinity among its job's replicas, the nodes outside
-        the domains of the bound replicas that term selects (while none is bound and the term selects the
-        replica itself, only the nodes without the term's label: it may start a domain); for one with a
-        topology spread constraint, the nodes of domains it would skew too far (``_skewed``)."""
+        """``off_limits`` and, for a replica with a pod affinity (with other jobs' pods, ``near``, or among its
+        job's replicas), the nodes outside the domains of the bound pods that term selects (while none is bound
+        and the term selects the replica itself, only the nodes without the term's label: it may start a
+        domain; with other jobs' pods and not itself, every node); for one with a topology spread constraint,
+        the nodes of domains it would skew too far (``_skewed``)."""
         out = self.off_limits(job, req, excluded)
-        if not req.together and not req.spread:
+        if not req.together and not req.spread and not req.near:
             return out
         nodes = self.cluster.nodes
         barred: set[str] = set()
+        for near in req.near:
+            held = self._peer_domains(near)
+            if not held and near.selects(job.namespace, self._labels_of(job, req)):
+                barred |= {n.name for n in nodes.values() if near.domain(n) is None}
+            elif near.key == HOSTNAME_KEY:
+                barred |= nodes.keys() - held
+            else:
+                barred |= {n.name for n in nodes.values() if near.domain(n) not in held}
         for sp in req.spread:
             barred |= self._skewed(job, req, sp)
         for t in req.together:

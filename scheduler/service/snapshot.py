@@ -43,6 +43,7 @@ from scheduler.core.model import (
     Device,
     Job,
     JobPhase,
+    Near,
     Node,
     NodeRequirement,
     Preferences,
@@ -235,28 +236,30 @@ def own_pod_terms(first: Mapping[str, Obj]) -> dict[str, OwnTerms]:
     return out
 
 
-def peer_terms(pod: Obj) -> frozenset[Avoid]:
-    """A pod's required pod anti-affinities as they reach pods of any job: the namespaces a term looks at
-    (its own by default, those listed, every one for ``namespaceSelector: {}``) and its label selector. A term
-    with a namespace selector by labels is left out (the core does not know namespaces' labels), as is one
-    whose selector is null (it selects nothing)."""
+def peer_terms(pod: Obj) -> tuple[frozenset[Avoid], frozenset[Near]]:
+    """A pod's required pod anti-affinities and pod affinities as they reach pods of any job: the namespaces a
+    term looks at (its own by default, those listed, every one for ``namespaceSelector: {}``) and its label
+    selector. A term with a namespace selector by labels is left out (the core does not know namespaces'
+    labels), as is one whose selector is null (it selects nothing)."""
     affinity = pod.get("spec", {}).get("affinity") or {}
     own_ns = pod["metadata"].get("namespace", "")
-    out: set[Avoid] = set()
-    for t in (affinity.get("podAntiAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or []:
-        selector, by_label = t.get("labelSelector"), t.get("namespaceSelector")
-        if not t.get("topologyKey") or selector is None or by_label not in (None, {}):
-            continue
-        listed = frozenset(str(n) for n in t.get("namespaces") or ())
-        namespaces = None if by_label == {} else (listed or frozenset({own_ns}))
-        reqs = [NodeRequirement(str(k), SelectorOp.IN, (str(v),))
-                for k, v in (selector.get("matchLabels") or {}).items()]
-        try:
-            reqs += [_requirement(e, field=False) for e in selector.get("matchExpressions") or []]
-        except BadSpec:
-            continue  # not an operator the API server lets through
-        out.add(Avoid(json.dumps(t, sort_keys=True), str(t["topologyKey"]), namespaces, tuple(reqs)))
-    return frozenset(out)
+    found: dict[str, set[Avoid | Near]] = {"podAntiAffinity": set(), "podAffinity": set()}
+    for kind, make in (("podAntiAffinity", Avoid), ("podAffinity", Near)):
+        for t in (affinity.get(kind) or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or []:
+            selector, by_label = t.get("labelSelector"), t.get("namespaceSelector")
+            if not t.get("topologyKey") or selector is None or by_label not in (None, {}):
+                continue
+            listed = frozenset(str(n) for n in t.get("namespaces") or ())
+            namespaces = None if by_label == {} else (listed or frozenset({own_ns}))
+            reqs = [NodeRequirement(str(k), SelectorOp.IN, (str(v),))
+                    for k, v in (selector.get("matchLabels") or {}).items()]
+            try:
+                reqs += [_requirement(e, field=False) for e in selector.get("matchExpressions") or []]
+            except BadSpec:
+                continue  # not an operator the API server lets through
+            found[kind].add(make(json.dumps(t, sort_keys=True), str(t["topologyKey"]), namespaces, tuple(reqs)))
+    return (frozenset(a for a in found["podAntiAffinity"] if isinstance(a, Avoid)),
+            frozenset(n for n in found["podAffinity"] if isinstance(n, Near)))
 
 
 def _with_label_keys(constraint: Obj, labels: Mapping[str, str]) -> Obj | None:
@@ -650,8 +653,11 @@ def _shape(pods: list[Obj], group: Obj | None, namespace_queue: str | None) -> J
         (req,) = requests
         if task in own_terms:
             req = replace(req, **own_terms[task]._asdict())
-        if avoid := peer_terms(task_pods[0]):
-            req = replace(req, avoid=avoid)
+        avoid, near = peer_terms(task_pods[0])
+        # an affinity its job's own pods meet is the gang's to keep (``Together``); the rest reach other jobs
+        near = frozenset(n for n in near if n.term not in {t.term for t in req.together})
+        if avoid or near:
+            req = replace(req, avoid=avoid, near=near)
         tasks.append((task, len(task_pods), req, min_task.get(task)))
         for i, p in enumerate(task_pods):
             by_replica[(task, i)] = p

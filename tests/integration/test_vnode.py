@@ -1301,3 +1301,48 @@ async def test_pods_of_separate_jobs_that_keep_apart_by_pod_anti_affinity_run_on
     uids["late"] = (await core.create_namespaced_pod(tenant_ns, replica("late", {"app": app}))).metadata.uid
     later = await eventually(lambda: placed(["late"]), timeout=60, what="the fourth pod placed")
     assert later["late"] not in first.values(), (first, later)
+
+
+async def test_a_pod_that_keeps_beside_another_jobs_pod_by_pod_affinity_runs_on_its_compute_node(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str, compute_ns: str,
+        private_node: str) -> None:
+    """A reader with a required pod affinity to a cache pod (another job) on the node: its copy runs on the
+    cache's compute node, which binpacking alone would not pick (the cache sits alone on a node only this test
+    selects, and a filler makes another node tighter); one whose affinity selects no running pod, nor
+    itself, waits and is told why."""
+    core = client.CoreV1Api(tenant_api)
+    cache_app = f"cache-{tenant_ns}"
+
+    def served(name: str, labels: dict[str, str], **spec: Any) -> dict[str, Any]:
+        body = tenant_pod(name, automountServiceAccountToken=False, schedulerName="kube-ferry", **spec)
+        body["metadata"]["labels"] = labels
+        return body
+
+    def beside(app: str) -> dict[str, Any]:
+        return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": "kubernetes.io/hostname"}]}}
+
+    async def on_node(uid: str) -> str | None:
+        copy = await compute_pod_of(compute_api, "tenant-1", uid)
+        return copy.spec.node_name if copy is not None and copy.spec.node_name else None
+
+    # a tighter node than the cache's, where binpacking alone would put the reader
+    filler = await core.create_namespaced_pod(tenant_ns, served("filler", {"app": "filler"}, gpus=6))
+    assert await eventually(lambda: on_node(filler.metadata.uid), what="the filler placed") != private_node
+    cache = (await core.create_namespaced_pod(tenant_ns, served("cache", {"app": cache_app},
+                                                                nodeSelector={"ferry-test": compute_ns}))).metadata.uid
+    await eventually(lambda: _with_phase(core, tenant_ns, "cache", "Running"), what="the cache Running")
+    reader = (await core.create_namespaced_pod(tenant_ns, served("reader", {"app": "reader"},
+                                                                 affinity=beside(cache_app)))).metadata.uid
+    await core.create_namespaced_pod(tenant_ns, served("lonely", {"app": "reader"}, affinity=beside("nothing")))
+
+    assert await eventually(lambda: on_node(cache), what="the cache placed") == private_node
+    assert await eventually(lambda: on_node(reader), timeout=60, what="the reader placed") == private_node
+
+    async def told() -> str | None:
+        events = (await core.list_namespaced_event(tenant_ns, field_selector="involvedObject.name=lonely")).items
+        return next((e.message for e in events if "its pod affinity and anti-affinity rule out" in (e.message or "")),
+                    None)
+
+    said = await eventually(told, timeout=60, what="the lonely reader told why it waits")
+    assert "rule out" in said and (await core.read_namespaced_pod("lonely", tenant_ns)).status.phase == "Pending"

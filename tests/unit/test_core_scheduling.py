@@ -15,6 +15,7 @@ from scheduler.core.model import (
     Avoid,
     Job,
     JobPhase,
+    Near,
     Node,
     NodeRequirement,
     ReplicaPhase,
@@ -1050,4 +1051,37 @@ def test_single_pods_of_one_deployment_that_keep_apart_run_on_separate_nodes_and
     taken = [c.jobs[name].replicas[0].node for name in ("web0", "web1", "web2", "web3", "late")]
     assert len(set(taken)) == 5, taken
     assert c.jobs["web4"].phase is JobPhase.PENDING
-    assert "its pod anti-affinity keeps it off 5 node(s)" in c.jobs["web4"].reason, c.jobs["web4"].reason
+    assert "its pod affinity and anti-affinity rule out 5 of 5 node(s)" in c.jobs["web4"].reason, c.jobs["web4"].reason
+
+
+def test_a_pod_that_keeps_beside_another_jobs_pods_runs_in_their_domain_or_waits_for_one() -> None:
+    # the cache runs on n3; binpacking alone would put the reader on n1, the tightest node
+    c = cluster([node("n1", 8), node("n2", 8), node("n3", 8)])
+    s = scheduler(c)
+    filler = gang("filler", "default", 1, 6)
+    filler.tasks[0].request = dataclasses.replace(filler.tasks[0].request, selector=frozenset({("slot", "n1")}))
+    c.nodes["n1"].labels["slot"] = "n1"
+    s.submit(filler)
+    cache = _pod("cache", "a", {"app": "cache"}, submit=1)
+    cache.tasks[0].request = dataclasses.replace(cache.tasks[0].request, selector=frozenset({("slot", "n3")}))
+    c.nodes["n3"].labels["slot"] = "n3"
+    s.submit(cache)
+    s.cycle(0)
+    beside = Near("cache-near", HOSTNAME_KEY, frozenset({"a"}), (NodeRequirement("app", SelectorOp.IN, ("cache",)),))
+    reader = _pod("reader", "a", {"app": "reader"}, submit=2)
+    reader.tasks[0].request = dataclasses.replace(reader.tasks[0].request, near=frozenset({beside}))
+    s.submit(reader)
+    # one keeping beside pods no job runs, and that its own labels do not meet, waits and is told why
+    lonely = _pod("lonely", "a", {"app": "reader"}, submit=3)
+    lonely.tasks[0].request = dataclasses.replace(lonely.tasks[0].request, near=frozenset({dataclasses.replace(
+        beside, term="db-near", selector=(NodeRequirement("app", SelectorOp.IN, ("db",)),))}))
+    s.submit(lonely)
+    # the first of a group (its term selects itself) may start where there is none yet
+    first = _pod("first", "a", {"app": "group"}, submit=4)
+    first.tasks[0].request = dataclasses.replace(first.tasks[0].request, near=frozenset({dataclasses.replace(
+        beside, term="group-near", selector=(NodeRequirement("app", SelectorOp.IN, ("group",)),))}))
+    s.submit(first)
+    s.cycle(1)
+    assert c.jobs["reader"].replicas[0].node == "n3"
+    assert c.jobs["lonely"].phase is JobPhase.PENDING and "rule out 3 of 3 node(s)" in c.jobs["lonely"].reason
+    assert c.jobs["first"].phase is JobPhase.RUNNING

@@ -349,3 +349,16 @@ def test_pod_anti_affinity_with_any_job_is_read_with_the_namespaces_it_looks_at_
                             NodeRequirement("tier", SelectorOp.NOT_IN, ("test",)))
     assert own.selects("ns", {"app": "db"}) and not own.selects("ns", {"app": "db", "tier": "test"})
     assert not own.selects("other", {"app": "db"}) and terms[None].selects("other", {"app": "db"})
+
+
+def test_a_pod_affinity_with_other_jobs_pods_is_read_as_near_and_one_its_own_job_meets_stays_the_gangs() -> None:
+    member = partial(_member, kind="podAffinity")
+    to_cache = {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": "kubernetes.io/hostname"}
+    together = {"labelSelector": {"matchLabels": {"app": "train"}}, "topologyKey": "zone"}
+    pods = {f"ns/w{i}": member(f"w{i}", "worker", [to_cache, together]) for i in range(2)}
+    snap = build(NODES, pods, {"ns/g": GROUP}, {}, 0.0, ShapeCache())
+    request = snap.cluster.jobs["ns/g"].tasks[0].request
+    assert {t.key for t in request.together} == {"zone"}
+    (near,) = request.near
+    assert near.key == "kubernetes.io/hostname" and near.namespaces == frozenset({"ns"})
+    assert near.selects("ns", {"app": "cache"}) and not near.selects("ns", {"app": "train"})

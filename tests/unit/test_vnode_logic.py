@@ -581,9 +581,9 @@ def test_views_align_columns_and_pick_the_first_fitting_hint() -> None:
     assert "used fewer GPUs recently" in hint_for("Unschedulable", f"{behind}; fair-over-time: queues borrow idle "
                                                   "GPUs least recent usage first (half-life 24 h; ...)")
     assert "ask for less" in hint_for("Unschedulable", "cannot be scheduled: no node has 16 GPUs")
-    assert "preferred anti-affinity instead" in hint_for(
-        "Unschedulable", f"{behind}; its pod anti-affinity keeps it off 5 node(s), where pods it keeps away from run "
-        "(or pods that keep away from it); no running job may be preempted for it now")
+    assert "preferred terms instead" in hint_for(
+        "Unschedulable", f"{behind}; its pod affinity and anti-affinity rule out 5 of 5 node(s) (pods it keeps away "
+        "from, or that keep away from it, run there; or none it keeps beside does); no running job may be ...")
     assert "virtual node included" in hint_for("Unschedulable", "0/1 nodes: 1 Insufficient nvidia.com/gpu.")
     assert "ran on loan" in hint_for("Preempting", "recalling 1 job(s) on loan on its held node(s): t/loan")
     assert hint_for("Something", "unheard of") == ""

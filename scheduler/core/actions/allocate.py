@@ -210,9 +210,10 @@ class Allocate(Action):
         msg = (f"{WAITING_FOR_CAPACITY}: gang of {len(need)} replica(s) needs {gpus:g} GPUs all at once "
                f"(largest replica {biggest.gpus if biggest else 0} GPU(s) on one node; "
                f"largest free block now {largest}{where})")
-        if biggest is not None and (barred := self.sched.placer.off_limits(job, biggest, frozenset())):
-            msg += (f"; its pod anti-affinity keeps it off {len(barred)} node(s), where pods it keeps away from "
-                    "run (or pods that keep away from it)")
+        if biggest is not None and (barred := self.sched.placer.confined(job, biggest, frozenset())):
+            msg += (f"; its pod affinity and anti-affinity rule out {len(barred)} of {len(self.sched.cluster.nodes)} "
+                    "node(s) (pods it keeps away from, or that keep away from it, run there; or none it keeps "
+                    "beside does)")
         if reservations:
             msg += "; some nodes are held for a longer-waiting job"
         return msg
