@@ -20,11 +20,14 @@ KUBE_FERRY = (API_GROUP, API_VERSION)
 TENANT_GROUPS = (("scheduling.volcano.sh", "v1beta1"), ("scheduling.x-k8s.io", "v1alpha1"))
 GROUP_LABELS = ("kubeferry.io/pod-group", "scheduling.x-k8s.io/pod-group", "volcano.sh/job-name")
 GROUP_ANNOTATIONS = ("scheduling.k8s.io/group-name",)
-OUR_REASONS = ("FailedScheduling", "Waiting", "Preempting", "WillEvict", "Preempted", "FailedMount", "GangNotReady",
-               "Refused", "Scheduled")
+NO_VIRTUAL_NODE = "NoVirtualNodeSelected"  # the vnode's word on a pod no virtual node meets (vnode/selection.py)
+OUR_REASONS = (NO_VIRTUAL_NODE, "FailedScheduling", "Waiting", "Preempting", "WillEvict", "Preempted", "FailedMount",
+               "GangNotReady", "Refused", "Scheduled")
 
 # (reason, or a phrase of the message) -> what would let it run; the first match wins
 HINTS = (
+    (NO_VIRTUAL_NODE, "it selects GPU nodes no virtual node of this cluster stands for: ask the admin for a GPU pool "
+                      "of them (the message names the vnode's flag), or select labels every GPU node has"),
     ("preempting:", "its victims are checkpointing: it starts when their grace period ends or they leave"),
     ("recalling", "jobs that ran on loan on the nodes held for it are checkpointing: it starts when their grace "
                   "period ends or they leave"),
@@ -205,6 +208,10 @@ async def _explain_pod(rest: Rest, pod: Obj, grouped: bool = True) -> Verdict:
     if not spec.get("nodeName"):  # not bound by the scheduler it names
         cond = next((c for c in st.get("conditions") or [] if c.get("type") == "PodScheduled"), None)
         if cond is not None and cond.get("status") == "False" and spec.get("schedulerName") != "kube-ferry":
+            told = await _latest_event(rest, meta["namespace"], meta["uid"])
+            if told is not None and told.get("reason") == NO_VIRTUAL_NODE:  # the vnode knows what is missing
+                return Verdict(label, "Pending", NO_VIRTUAL_NODE, told.get("message", ""), "the virtual node",
+                               hint_for(NO_VIRTUAL_NODE, told.get("message", "")))
             reason, message = cond.get("reason", ""), cond.get("message", "")
             return Verdict(label, "Pending", reason, message, f"scheduler {spec.get('schedulerName', 'default')}",
                            hint_for(reason, message))

@@ -13,13 +13,14 @@ from typing import Any
 import structlog
 
 from ferry.kube.workqueue import WorkQueue
+from ferry.whypending import NO_VIRTUAL_NODE
 from vnode.caches import Caches
 from vnode.events import Recorder
 from vnode.node import TAINT, among, schedulable_gpu_nodes
 from vnode.translate import admits
 
 Obj = dict[str, Any]
-REASON = "NoVirtualNodeSelected"
+REASON = NO_VIRTUAL_NODE
 log = structlog.get_logger("ferry.vnode.selection")
 
 

@@ -14,6 +14,8 @@ from kubernetes_asyncio.client.rest import ApiException
 
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
+from ferry.kube.rest import Rest
+from ferry.whypending import explain
 from tests.helpers import eventually, free_port, kubectl, swapped
 from tests.integration.test_vnode import compute_pod_of, tenant_pod
 from tests.integration.test_vnode_faults import served_pod
@@ -161,6 +163,9 @@ async def test_a_pod_selecting_gpu_nodes_no_virtual_node_carries_is_told_what_th
         assert absent.startswith(f"no schedulable GPU node of the shared cluster has the {product}"), absent
         for name in ("rare", "absent"):
             assert (await core.read_namespaced_pod(name, tenant_ns)).spec.node_name is None
+        verdict = await explain(Rest(tenant_api), tenant_ns, "rare")  # `kubectl ferry why-pending rare`
+        assert verdict.reason == "NoVirtualNodeSelected" and verdict.message == rare, verdict
+        assert "ask the admin for a GPU pool" in verdict.hint
     finally:
         for name in free[:2]:
             await ccore.patch_node(name, {"metadata": {"labels": {product: None}}})

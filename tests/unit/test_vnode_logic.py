@@ -581,6 +581,7 @@ def test_views_align_columns_and_pick_the_first_fitting_hint() -> None:
     assert "used fewer GPUs recently" in hint_for("Unschedulable", f"{behind}; fair-over-time: queues borrow idle "
                                                   "GPUs least recent usage first (half-life 24 h; ...)")
     assert "ask for less" in hint_for("Unschedulable", "cannot be scheduled: no node has 16 GPUs")
+    assert "ask the admin for a GPU pool" in hint_for("NoVirtualNodeSelected", "2 of the shared cluster's ...")
     assert "preferred terms instead" in hint_for(
         "Unschedulable", f"{behind}; its pod affinity and anti-affinity rule out 5 of 5 node(s) (pods it keeps away "
         "from, or that keep away from it, run there; or none it keeps beside does); no running job may be ...")
