@@ -282,9 +282,16 @@ async def test_a_deployment_for_volcanos_scheduler_gets_its_podgroup_from_volcan
             "spec": {"schedulerName": "volcano", "automountServiceAccountToken": False, "containers": [
                 {"name": "model", "image": "server:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}})
     core = client.CoreV1Api(tenant2_api)
-    pods = await eventually(lambda: running_pods(core, tenant2_ns, 2), timeout=90, what="both replicas Running")
-    groups = {(p.metadata.annotations or {}).get("scheduling.k8s.io/group-name") for p in pods}
-    assert len(groups) == 1 and None not in groups, groups  # Volcano's PodGroup controller named one group
+    await eventually(lambda: running_pods(core, tenant2_ns, 2), timeout=90, what="both replicas Running")
+
+    async def named() -> set[str | None] | None:
+        # Volcano's PodGroup controller names the group on the pods, which may come after the vnode bound them
+        pods = await running_pods(core, tenant2_ns, 2)
+        found = {(p.metadata.annotations or {}).get("scheduling.k8s.io/group-name") for p in pods or []}
+        return found if pods and None not in found else None
+
+    groups = await eventually(named, timeout=30, what="both replicas named by Volcano's PodGroup controller")
+    assert len(groups) == 1, groups  # one group for the ReplicaSet
 
     async def group_running() -> dict[str, Any] | None:
         found = (await jobs.list_namespaced_custom_object("scheduling.volcano.sh", "v1beta1", tenant2_ns,
