@@ -454,20 +454,11 @@ class Placer:
         job (kube-scheduler's InterPodAffinity filter, both sides): those holding a bound pod one of its terms
         selects, and those of a bound pod whose term selects it. The first is a walk over the bound replicas,
         for replicas that state such a term; the second over the few bound replicas that do."""
-        nodes = self.cluster.nodes
-        if req.avoid:
-            for name, occupants in self.on_node.items():
-                node = nodes.get(name)
-                if node is None or not occupants:
-                    continue
-                for other, r in occupants.values():
-                    labels = other.task_by_name[r.task].labels
-                    for a in req.avoid:
-                        if a.selects(other.namespace, labels) and (d := a.domain(node)) is not None:
-                            banned[a.key].add(d)
+        for a in req.avoid:
+            banned[a.key] |= self._peer_domains(a)
         if not self._avoiders:
             return
-        mine = self._labels_of(job, req)
+        nodes, mine = self.cluster.nodes, self._labels_of(job, req)
         for other, r in self._avoiders.values():
             node = nodes.get(r.node or "")
             if node is None:
