@@ -77,7 +77,7 @@ class Vnode:
         self.pods = PodReconciler(self.b, tenant, compute, self.caches, self.recorder, cfg.node_ip, cfg.pod_security,
                                   cfg.token_refresh_at, self.volumes)
         self.binder = Binder(self.b, cfg.served_schedulers, tenant, self.caches, self.pods.gangs,
-                             kueue_present=KUEUE_WORKLOADS in tenant_crds)
+                             kueue_present=KUEUE_WORKLOADS in tenant_crds, recorder=self.recorder)
         # the vnode's own virtual node, then one per GPU pool (each its own capacity, labels and kubelet API)
         self.nodes = [VirtualNode(node, cfg.tenant, cfg.node_ip, port, tenant, self.caches, self.recorder, cfg.max_pods,
                                   cfg.heartbeat_s, cfg.unreachable_after_s, cfg.advertised_labels, self.b.pool_of(node))
@@ -271,6 +271,7 @@ class Vnode:
             try:
                 await self.binder.make_volcano_queue()
                 await self.binder.kueue_runs(fresh=True)
+                self.binder.requeue_kept_apart()
                 await self.pods.copies.sweep(self.cfg.gc_min_age_s)
                 for group in self.pods.gangs.stale_groups(self.cfg.gc_min_age_s):
                     await self.compute.delete(f"/apis/scheduling.kubeferry.io/v1alpha1/namespaces/"

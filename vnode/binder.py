@@ -1,5 +1,6 @@
 """The vnode as its tenant cluster's gang scheduler: bind gang pods and pods addressed to a served
-scheduler name to the virtual node, admit their PodGroups, lift Kueue's gates where no Kueue runs, and
+scheduler name to the virtual node (and pods the tenant's scheduler keeps off it only by anti-affinity per
+node, :mod:`vnode.apart`), admit their PodGroups, lift Kueue's gates where no Kueue runs, and
 make Volcano's ``default`` Queue, which Volcano's own scheduler makes at its start (its job webhook refuses
 every vcjob while that Queue is missing).
 
@@ -17,8 +18,11 @@ import structlog
 from ferry.kube.rest import Rest, path, status_of
 from ferry.kube.workqueue import WorkQueue
 from vnode import metrics
+from vnode.apart import HOSTNAME, conflicts, fits_but_for_hostname
 from vnode.caches import Caches
+from vnode.events import Recorder
 from vnode.gangs import Gangs
+from vnode.selection import tolerates_vnode, unschedulable
 from vnode.translate import KUEUE_GATES, Bridge, gang_of, node_for
 
 Obj = dict[str, Any]
@@ -28,12 +32,14 @@ KUEUE_API = "/apis/kueue.x-k8s.io"  # the group's discovery: served while Kueue'
 # as Volcano's scheduler makes it (pkg/scheduler/cache: newDefaultQueue); its queue controller opens it
 VOLCANO_DEFAULT_QUEUE: Obj = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
                               "metadata": {"name": "default"}, "spec": {"reclaimable": True, "weight": 1}}
+KEPT_APART = "BoundByVirtualNode"
 
 
 class Binder:
     def __init__(self, b: Bridge, served: tuple[str, ...], tenant: Rest, caches: Caches, gangs: Gangs,
-                 kueue_present: bool) -> None:
+                 kueue_present: bool, recorder: Recorder) -> None:
         self.b = b
+        self.recorder = recorder
         self.served = set(served)
         self.tenant = tenant
         self.caches = caches
@@ -87,9 +93,24 @@ class Binder:
             return False
         return gang_of(pod) is not None or spec.get("schedulerName") in self.served
 
+    def may_keep_apart(self, pod: Obj) -> bool:
+        """Whether a pod of another scheduler may be one the tenant's scheduler keeps off the virtual node only by
+        anti-affinity per node (decided in ``reconcile``, which reads the Node and the pods bound to it)."""
+        spec, meta = pod.get("spec", {}), pod["metadata"]
+        return (not spec.get("nodeName") and not meta.get("deletionTimestamp") and not spec.get("schedulingGates")
+                and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+                and unschedulable(pod) and tolerates_vnode(pod))
+
     def on_tenant_pod(self, kind: str, pod: Obj) -> None:
-        if kind != "DELETED" and self.wants(pod):
+        if kind != "DELETED" and (self.wants(pod) or self.may_keep_apart(pod)):
             self.queue.add("pod/" + f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
+
+    def requeue_kept_apart(self) -> None:
+        """Look again at every pod the tenant's scheduler found no node for (level-triggered: a pod it refused
+        before the vnode saw the pod that keeps it off is taken at the next sweep)."""
+        for key, pod in self.caches.tenant_unbound.store.items():
+            if self.may_keep_apart(pod):
+                self.queue.add(f"pod/{key}")
 
     def on_tenant_group(self, kind_of_group: str) -> Any:
         def handler(kind: str, group: Obj) -> None:
@@ -108,7 +129,11 @@ class Binder:
                 await self.gangs.follow(kind, group)
             return
         pod = self.caches.tenant_unbound.store.get(rest)
-        if pod is None or not self.wants(pod):
+        if pod is None:
+            return
+        if not self.wants(pod):
+            if self.may_keep_apart(pod) and (node := await self._kept_apart(pod)) is not None:
+                await self._bind(rest, pod, node, kept_apart=True)
             return
         meta = pod["metadata"]
         if gates := _gates(pod):
@@ -121,7 +146,25 @@ class Binder:
                                      {"op": "replace", "path": "/spec/schedulingGates", "value": []}],
                                     content_type="application/json-patch+json")
             log.info("lifted Kueue scheduling gates", pod=rest, gates=sorted(gates))
-        node = node_for(pod, self.b)  # a pod that asks for a GPU pool goes to the pool's node
+        await self._bind(rest, pod, node_for(pod, self.b))  # a pod that asks for a GPU pool: the pool's node
+
+    async def _kept_apart(self, pod: Obj) -> str | None:
+        """The virtual node the tenant's scheduler keeps ``pod`` off only by anti-affinity per node, else None."""
+        node = node_for(pod, self.b)
+        if not self.caches.tenant_pods.synced():
+            return None
+        bound = [p for p in self.caches.tenant_pods.by_node[node].store.values()
+                 if not p["metadata"].get("deletionTimestamp")
+                 and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
+        if not any(key == HOSTNAME and sure for key, sure in conflicts(pod, bound)):
+            return None  # nothing bound there it keeps apart from: it waits for another reason
+        node_obj = await self.tenant.get_or_none(path("", "v1", "nodes", None, node))
+        if node_obj is None or not fits_but_for_hostname(pod, node_obj, bound):
+            return None
+        return node
+
+    async def _bind(self, rest: str, pod: Obj, node: str, kept_apart: bool = False) -> None:
+        meta = pod["metadata"]
         binding = {"apiVersion": "v1", "kind": "Binding",
                    "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
                    "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
@@ -139,6 +182,14 @@ class Binder:
         self.caches.tenant_pods.remember(bound)
         if self.on_bound is not None:
             self.on_bound("ASSUMED", self.caches.tenant_pods.store.get(rest, bound))
+        if kept_apart:
+            log.info("bound a pod the tenant's scheduler keeps off the virtual node by anti-affinity per node",
+                     pod=rest, node=node)
+            await self.recorder.emit(
+                bound, "Normal", KEPT_APART,
+                f"the tenant's scheduler keeps this pod off {node} only by required pod anti-affinity per node "
+                f"(kubernetes.io/hostname); {node} stands for many nodes of the shared cluster, whose scheduler "
+                "keeps these pods on separate nodes there, so the virtual node bound it")
 
 
 def _gates(pod: Obj) -> set[str]:

@@ -24,11 +24,22 @@ REASON = NO_VIRTUAL_NODE
 log = structlog.get_logger("ferry.vnode.selection")
 
 
+def tolerates(pod: Obj, taint: Obj) -> bool:
+    """Kubernetes' toleration rule for one taint."""
+    for t in pod.get("spec", {}).get("tolerations") or []:
+        if t.get("effect") not in (None, "", taint.get("effect")):
+            continue
+        if t.get("operator") == "Exists":
+            if not t.get("key") or t.get("key") == taint.get("key"):
+                return True
+        elif t.get("key") == taint.get("key") and (t.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
 def tolerates_vnode(pod: Obj) -> bool:
     """Whether the pod may go to a virtual node (it tolerates the taint every virtual node has)."""
-    return any((t.get("key") == TAINT["key"] or (not t.get("key") and t.get("operator") == "Exists"))
-               and t.get("effect") in (None, "", TAINT["effect"])
-               for t in pod.get("spec", {}).get("tolerations") or [])
+    return tolerates(pod, TAINT)
 
 
 def unschedulable(pod: Obj) -> bool:

@@ -31,6 +31,7 @@ from ferry.keys import (
     WILL_EVICT_BY,
 )
 from ferry.kube import quantity
+from ferry.kube.labels import label_selector_selects
 from ferry.kube.timestamps import rfc3339
 from scheduler.core import hierarchy
 from scheduler.core.model import (
@@ -276,21 +277,6 @@ def _in_own_namespace(term: Obj, namespace: str | None) -> bool:
     own), its namespace listed, or a namespace selector that selects every namespace ({})."""
     listed, by_label = term.get("namespaces") or [], term.get("namespaceSelector")
     return (not listed and by_label is None) or namespace in listed or by_label == {}
-
-
-def label_selector_selects(selector: Obj | None, labels: Mapping[str, str]) -> bool:
-    """Kubernetes' label-selector rule: a null selector selects nothing, an empty one everything."""
-    if selector is None:
-        return False
-    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
-        return False
-    for e in selector.get("matchExpressions") or []:
-        key, values = e.get("key"), e.get("values") or []
-        met = {"In": labels.get(key) in values, "NotIn": labels.get(key) not in values,
-               "Exists": key in labels, "DoesNotExist": key not in labels}.get(e.get("operator", ""), False)
-        if not met:
-            return False
-    return True
 
 
 def _requirement(expr: Obj, *, field: bool) -> NodeRequirement:

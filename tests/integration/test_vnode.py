@@ -1303,6 +1303,35 @@ async def test_pods_of_separate_jobs_that_keep_apart_by_pod_anti_affinity_run_on
     assert later["late"] not in first.values(), (first, later)
 
 
+async def test_a_deployment_of_the_tenants_scheduler_that_keeps_replicas_apart_per_node_runs_every_replica(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """An unmodified Deployment for the tenant's own kube-scheduler, three replicas with a required pod
+    anti-affinity over ``kubernetes.io/hostname``: that scheduler puts one on the virtual node and finds no node
+    for the others (it sees one hostname); the vnode binds those, says so on each, and in the compute cluster
+    the three run on three nodes."""
+    app = f"api-{tenant_ns}"
+    template = tenant_pod("unused", automountServiceAccountToken=False, affinity={"podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": "kubernetes.io/hostname"}]}})
+    template["metadata"] = {"labels": {"app": app}}
+    await client.AppsV1Api(tenant_api).create_namespaced_deployment(tenant_ns, {
+        "metadata": {"name": "api"},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": app}}, "template": template}})
+    core = client.CoreV1Api(tenant_api)
+
+    async def running() -> list[Any] | None:
+        pods = (await core.list_namespaced_pod(tenant_ns, label_selector=f"app={app}")).items
+        return pods if len(pods) == 3 and all(p.status.phase == "Running" for p in pods) else None
+
+    pods = await eventually(running, timeout=90, what="three replicas Running")
+    assert {p.spec.node_name for p in pods} == {"ferry-tenant-1"}
+    copies = [await compute_pod_of(compute_api, "tenant-1", p.metadata.uid) for p in pods]
+    assert len({c.spec.node_name for c in copies}) == 3, [c.spec.node_name for c in copies]
+    told = (await core.list_namespaced_event(tenant_ns, field_selector="reason=BoundByVirtualNode")).items
+    assert len({e.involved_object.name for e in told}) == 2, [(e.involved_object.name, e.message) for e in told]
+    assert "only by required pod anti-affinity per node" in told[0].message
+
+
 async def test_a_pod_that_keeps_beside_another_jobs_pod_by_pod_affinity_runs_on_its_compute_node(
         tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str, compute_ns: str,
         private_node: str) -> None:

@@ -1,0 +1,92 @@
+"""Which pods the tenant's scheduler keeps off a virtual node only by required pod anti-affinity per node
+(vnode/apart.py; the real planes in tests/integration/test_vnode.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from vnode.apart import conflicts, fits_but_for_hostname
+from vnode.node import TAINTS
+from vnode.selection import tolerates
+
+Obj = dict[str, Any]
+HOST, ZONE = "kubernetes.io/hostname", "topology.kubernetes.io/zone"
+TOLERATE = {"key": "virtual-kubelet.io/provider", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def node(**labels: str) -> Obj:
+    return {"metadata": {"name": "ferry-t", "labels": {HOST: "ferry-t", **labels}}, "spec": {"taints": list(TAINTS)}}
+
+
+def term(key: str = HOST, app: str = "web", **extra: Any) -> Obj:
+    return {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key, **extra}
+
+
+def pod(name: str, ns: str = "ns", app: str = "web", anti: list[Obj] | None = None, near: list[Obj] | None = None,
+        pinned: bool = False, **spec: Any) -> Obj:
+    affinity: Obj = {}
+    if pinned:  # as a DaemonSet's pod: its node named by field
+        affinity["nodeAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["ferry-t"]}]}]}}
+    if anti is not None:
+        affinity["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": anti}
+    if near is not None:
+        affinity["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": near}
+    return {"metadata": {"name": name, "namespace": ns, "labels": {"app": app}},
+            "spec": {"tolerations": [TOLERATE], "containers": [{"name": "c"}], "affinity": affinity, **spec}}
+
+
+REPLICA = pod("web-1", anti=[term()])
+BOUND = [pod("web-0", anti=[term()]), pod("other", app="db")]
+
+CASES: list[tuple[str, Obj, list[Obj], Obj, bool]] = [
+    ("a replica kept off by its own term over the hostname", REPLICA, BOUND, node(), True),
+    ("nothing there it keeps apart from: it waits for another reason", REPLICA, [pod("other", app="db")], node(),
+     False),
+    ("a bound pod's term selects it (the other side of the rule)", pod("late"), BOUND, node(), True),
+    ("a term over a zone the virtual node carries holds in every compute node of it",
+     pod("web-1", anti=[term(), term(ZONE)]), BOUND, node(**{ZONE: "a"}), False),
+    ("a term over a zone the virtual node does not carry kept nothing off",
+     pod("web-1", anti=[term(), term(ZONE)]), BOUND, node(), True),
+    ("a pod affinity is the tenant scheduler's to weigh", pod("web-1", anti=[term()], near=[term(app="db")]),
+     BOUND, node(), False),
+    ("a cordoned node", REPLICA, BOUND, {**node(), "spec": {"unschedulable": True, "taints": list(TAINTS)}}, False),
+    ("an admin's taint it does not tolerate", REPLICA, BOUND,
+     {**node(), "spec": {"taints": [*TAINTS, {"key": "maintenance", "effect": "NoSchedule"}]}}, False),
+    ("a node selector the node does not meet", pod("web-1", anti=[term()], nodeSelector={"disk": "ssd"}), BOUND,
+     node(), False),
+    ("a node selector it meets", pod("web-1", anti=[term()], nodeSelector={"disk": "ssd"}), BOUND,
+     node(disk="ssd"), True),
+    ("pinned to a node by name", pod("web-1", anti=[term()], pinned=True), BOUND, node(), False),
+    ("the term looks at its own namespace only", pod("web-1", ns="other", anti=[term()]), BOUND, node(), False),
+    ("the term names the namespace", pod("web-1", ns="other", anti=[term(namespaces=["ns"])]), BOUND, node(), True),
+    ("the term looks at every namespace", pod("web-1", ns="other", anti=[term(namespaceSelector={})]), BOUND,
+     node(), True),
+    ("namespaces by labels the vnode does not read: not sure, so left to the tenant's scheduler",
+     pod("web-1", ns="other", anti=[term(namespaceSelector={"matchLabels": {"team": "a"}})]), BOUND, node(), False),
+]
+
+
+@pytest.mark.parametrize(("pod_", "bound", "node_", "taken"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_a_pod_is_taken_only_when_anti_affinity_per_node_is_all_that_keeps_it_off(
+        pod_: Obj, bound: list[Obj], node_: Obj, taken: bool) -> None:
+    assert fits_but_for_hostname(pod_, node_, bound) is taken
+
+
+def test_conflicts_name_each_sides_terms() -> None:
+    assert conflicts(REPLICA, BOUND) == [(HOST, True), (HOST, True)]  # its own term, and web-0's selecting it
+    assert conflicts(pod("solo", app="batch"), BOUND) == []
+
+
+def test_tolerations_follow_kubernetes_rules() -> None:
+    taint = {"key": "k", "value": "v", "effect": "NoSchedule"}
+    assert tolerates({"spec": {"tolerations": [{"operator": "Exists"}]}}, taint)
+    assert tolerates({"spec": {"tolerations": [{"key": "k", "value": "v"}]}}, taint)
+    assert tolerates({"spec": {"tolerations": [{"key": "k", "operator": "Equal", "value": "v",
+                                                "effect": "NoSchedule"}]}}, taint)
+    assert not tolerates({"spec": {"tolerations": [{"key": "k", "value": "w"}]}}, taint)
+    assert not tolerates({"spec": {"tolerations": [{"key": "k", "operator": "Exists", "effect": "NoExecute"}]}},
+                         taint)
+    assert not tolerates({"spec": {}}, taint)

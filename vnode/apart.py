@@ -1,0 +1,82 @@
+"""Pods the tenant's scheduler keeps off a virtual node only by a required pod anti-affinity per node.
+
+A virtual node stands for many compute nodes, but the tenant's kube-scheduler sees one Node with one
+hostname: of a Deployment whose replicas keep apart per node (``topologyKey: kubernetes.io/hostname``) one
+replica goes there and the rest stay Pending. The copies carry the same terms into the compute cluster,
+whose scheduler keeps them apart over compute nodes (the rule's meaning), so the vnode binds such a pod
+itself. It does so only where the tenant's scheduler can have had no other reason: the pod tolerates the
+Node's taints, its node selection admits the Node, it asks for no pod affinity, and every conflicting term
+is over the hostname (one over a label the virtual node shares with all its compute nodes, a zone, holds
+there too)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ferry.kube.labels import label_selector_selects
+from vnode.selection import selected_keys, tolerates
+from vnode.translate import admits
+
+Obj = dict[str, Any]
+HOSTNAME = "kubernetes.io/hostname"
+
+
+def required_terms(pod: Obj, kind: str) -> list[Obj]:
+    """A pod's required ``podAffinity`` or ``podAntiAffinity`` terms."""
+    affinity = pod.get("spec", {}).get("affinity") or {}
+    return list((affinity.get(kind) or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+
+
+def _selects(term: Obj, term_namespace: str, other: Obj) -> bool | None:
+    """Whether a term of a pod of ``term_namespace`` selects pod ``other`` (None: it cannot be told here, the
+    term picks namespaces by their labels, which the vnode does not read)."""
+    by_label = term.get("namespaceSelector")
+    other_ns = other["metadata"].get("namespace", "")
+    listed = term.get("namespaces") or []
+    if by_label is None:
+        in_scope: bool | None = other_ns in (listed or [term_namespace])
+    elif by_label == {}:
+        in_scope = True
+    else:
+        in_scope = True if other_ns in listed else None
+    if in_scope is False or not label_selector_selects(term.get("labelSelector"), other["metadata"].get("labels")
+                                                       or {}):
+        return False
+    return in_scope
+
+
+def conflicts(pod: Obj, bound: list[Obj]) -> list[tuple[str, bool]]:
+    """The required anti-affinity terms between ``pod`` and pods ``bound`` to one node that may keep it off that
+    node, either side's: (topology key, whether the term surely selects)."""
+    ns = pod["metadata"].get("namespace", "")
+    found = []
+    for other in bound:
+        for term in required_terms(pod, "podAntiAffinity"):
+            if (hit := _selects(term, ns, other)) is not False:
+                found.append((str(term.get("topologyKey", "")), bool(hit)))
+        for term in required_terms(other, "podAntiAffinity"):
+            if (hit := _selects(term, other["metadata"].get("namespace", ""), pod)) is not False:
+                found.append((str(term.get("topologyKey", "")), bool(hit)))
+    return found
+
+
+def fits_but_for_hostname(pod: Obj, node: Obj, bound: list[Obj]) -> bool:
+    """Whether the tenant's scheduler keeps ``pod`` off ``node`` (a virtual node's Node) only by required pod
+    anti-affinity over the node's hostname with pods ``bound`` there."""
+    spec = node.get("spec", {})
+    labels = node.get("metadata", {}).get("labels") or {}
+    if spec.get("unschedulable") or required_terms(pod, "podAffinity"):
+        return False
+    if not all(tolerates(pod, t) for t in spec.get("taints") or [] if t.get("effect") in ("NoSchedule", "NoExecute")):
+        return False
+    if not admits(pod, labels, selected_keys(pod)) or _names_nodes(pod):
+        return False
+    carried = [(key, sure) for key, sure in conflicts(pod, bound) if key in labels]
+    return any(key == HOSTNAME and sure for key, sure in carried) and all(key == HOSTNAME for key, _ in carried)
+
+
+def _names_nodes(pod: Obj) -> bool:
+    """Whether a pod's required node affinity names nodes by field (their names): pinned, not ours to place."""
+    required = (((pod.get("spec", {}).get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    return any(t.get("matchFields") for t in required.get("nodeSelectorTerms") or [])
