@@ -1,19 +1,20 @@
-"""Pods the tenant's scheduler keeps off a virtual node only by a required pod anti-affinity per node.
+"""Pods the tenant's scheduler keeps off a virtual node only by a rule per node.
 
 A virtual node stands for many compute nodes, but the tenant's kube-scheduler sees one Node with one
-hostname: of a Deployment whose replicas keep apart per node (``topologyKey: kubernetes.io/hostname``) one
-replica goes there and the rest stay Pending. The copies carry the same terms into the compute cluster,
-whose scheduler keeps them apart over compute nodes (the rule's meaning), so the vnode binds such a pod
-itself. It does so only where the tenant's scheduler can have had no other reason: the pod tolerates the
-Node's taints, its node selection admits the Node, it asks for no pod affinity, and every conflicting term
-is over the hostname (one over a label the virtual node shares with all its compute nodes, a zone, holds
-there too)."""
+hostname: of a Deployment whose replicas keep apart per node (a required pod anti-affinity over
+``kubernetes.io/hostname``) one replica goes there and the rest stay Pending; of one that spreads over nodes
+(a topology spread constraint over the hostname that may not be broken) only ``maxSkew`` go there while the
+tenant has other nodes. The copies carry the same rules into the compute cluster, whose scheduler applies
+them over compute nodes (their meaning), so the vnode binds such a pod itself. It does so only where the
+tenant's scheduler can have had no other reason: the pod tolerates the Node's taints, its node selection
+admits the Node, it asks for no pod affinity, and every rule that may keep it off is over the hostname (one
+over a label the virtual node shares with all its compute nodes, a zone, holds there too)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ferry.kube.labels import label_selector_selects
+from ferry.kube.labels import label_selector_selects, with_label_keys
 from vnode.selection import selected_keys, tolerates
 from vnode.translate import admits
 
@@ -60,9 +61,35 @@ def conflicts(pod: Obj, bound: list[Obj]) -> list[tuple[str, bool]]:
     return found
 
 
+def skews(pod: Obj, bound: list[Obj], labels: dict[str, str]) -> list[str]:
+    """The label keys of the pod's topology spread constraints that may not be broken and that may keep it off a
+    node with ``labels`` holding pods ``bound``: the node lacks the key (never a domain), or the pods there its
+    selector picks (with this one, if it picks it) number more than ``maxSkew``, which some other node of the
+    tenant cluster without them would make a skew (the vnode does not see the others)."""
+    ns, mine = pod["metadata"].get("namespace", ""), pod["metadata"].get("labels") or {}
+    out = []
+    for c in pod.get("spec", {}).get("topologySpreadConstraints") or []:
+        if c.get("whenUnsatisfiable") != "DoNotSchedule" or not c.get("topologyKey"):
+            continue
+        selector = with_label_keys(c, mine)
+        count = sum(1 for o in bound if o["metadata"].get("namespace") == ns
+                    and label_selector_selects(selector, o["metadata"].get("labels") or {}))
+        count += label_selector_selects(selector, mine)
+        if c["topologyKey"] not in labels or count > int(c.get("maxSkew") or 1):
+            out.append(str(c["topologyKey"]))
+    return out
+
+
+def kept_off_by_hostname(pod: Obj, bound: list[Obj]) -> bool:
+    """Whether a rule over the hostname keeps ``pod`` off a node holding pods ``bound`` (other rules aside): the
+    check before reading the Node."""
+    return (any(key == HOSTNAME and sure for key, sure in conflicts(pod, bound))
+            or HOSTNAME in skews(pod, bound, {HOSTNAME: ""}))
+
+
 def fits_but_for_hostname(pod: Obj, node: Obj, bound: list[Obj]) -> bool:
     """Whether the tenant's scheduler keeps ``pod`` off ``node`` (a virtual node's Node) only by required pod
-    anti-affinity over the node's hostname with pods ``bound`` there."""
+    anti-affinity or a topology spread constraint over the node's hostname, with pods ``bound`` there."""
     spec = node.get("spec", {})
     labels = node.get("metadata", {}).get("labels") or {}
     if spec.get("unschedulable") or required_terms(pod, "podAffinity"):
@@ -71,8 +98,10 @@ def fits_but_for_hostname(pod: Obj, node: Obj, bound: list[Obj]) -> bool:
         return False
     if not admits(pod, labels, selected_keys(pod)) or _names_nodes(pod):
         return False
-    carried = [(key, sure) for key, sure in conflicts(pod, bound) if key in labels]
-    return any(key == HOSTNAME and sure for key, sure in carried) and all(key == HOSTNAME for key, _ in carried)
+    # an anti-affinity over a key the node lacks keeps nothing off it; a spread over one does
+    found = [(key, sure) for key, sure in conflicts(pod, bound) if key in labels]
+    found += [(key, True) for key in skews(pod, bound, labels)]
+    return any(key == HOSTNAME and sure for key, sure in found) and all(key == HOSTNAME for key, _ in found)
 
 
 def _names_nodes(pod: Obj) -> bool:

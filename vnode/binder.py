@@ -1,6 +1,6 @@
 """The vnode as its tenant cluster's gang scheduler: bind gang pods and pods addressed to a served
-scheduler name to the virtual node (and pods the tenant's scheduler keeps off it only by anti-affinity per
-node, :mod:`vnode.apart`), admit their PodGroups, lift Kueue's gates where no Kueue runs, and
+scheduler name to the virtual node (and pods the tenant's scheduler keeps off it only by a rule per node,
+:mod:`vnode.apart`), admit their PodGroups, lift Kueue's gates where no Kueue runs, and
 make Volcano's ``default`` Queue, which Volcano's own scheduler makes at its start (its job webhook refuses
 every vcjob while that Queue is missing).
 
@@ -18,7 +18,7 @@ import structlog
 from ferry.kube.rest import Rest, path, status_of
 from ferry.kube.workqueue import WorkQueue
 from vnode import metrics
-from vnode.apart import HOSTNAME, conflicts, fits_but_for_hostname
+from vnode.apart import fits_but_for_hostname, kept_off_by_hostname
 from vnode.caches import Caches
 from vnode.events import Recorder
 from vnode.gangs import Gangs
@@ -95,7 +95,7 @@ class Binder:
 
     def may_keep_apart(self, pod: Obj) -> bool:
         """Whether a pod of another scheduler may be one the tenant's scheduler keeps off the virtual node only by
-        anti-affinity per node (decided in ``reconcile``, which reads the Node and the pods bound to it)."""
+        a rule per node (decided in ``reconcile``, which reads the Node and the pods bound to it)."""
         spec, meta = pod.get("spec", {}), pod["metadata"]
         return (not spec.get("nodeName") and not meta.get("deletionTimestamp") and not spec.get("schedulingGates")
                 and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
@@ -149,15 +149,15 @@ class Binder:
         await self._bind(rest, pod, node_for(pod, self.b))  # a pod that asks for a GPU pool: the pool's node
 
     async def _kept_apart(self, pod: Obj) -> str | None:
-        """The virtual node the tenant's scheduler keeps ``pod`` off only by anti-affinity per node, else None."""
+        """The virtual node the tenant's scheduler keeps ``pod`` off only by a rule per node, else None."""
         node = node_for(pod, self.b)
         if not self.caches.tenant_pods.synced():
             return None
         bound = [p for p in self.caches.tenant_pods.by_node[node].store.values()
                  if not p["metadata"].get("deletionTimestamp")
                  and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
-        if not any(key == HOSTNAME and sure for key, sure in conflicts(pod, bound)):
-            return None  # nothing bound there it keeps apart from: it waits for another reason
+        if not kept_off_by_hostname(pod, bound):
+            return None  # nothing bound there its rules per node count: it waits for another reason
         node_obj = await self.tenant.get_or_none(path("", "v1", "nodes", None, node))
         if node_obj is None or not fits_but_for_hostname(pod, node_obj, bound):
             return None
@@ -183,13 +183,14 @@ class Binder:
         if self.on_bound is not None:
             self.on_bound("ASSUMED", self.caches.tenant_pods.store.get(rest, bound))
         if kept_apart:
-            log.info("bound a pod the tenant's scheduler keeps off the virtual node by anti-affinity per node",
+            log.info("bound a pod the tenant's scheduler keeps off the virtual node by a rule per node",
                      pod=rest, node=node)
             await self.recorder.emit(
                 bound, "Normal", KEPT_APART,
-                f"the tenant's scheduler keeps this pod off {node} only by required pod anti-affinity per node "
-                f"(kubernetes.io/hostname); {node} stands for many nodes of the shared cluster, whose scheduler "
-                "keeps these pods on separate nodes there, so the virtual node bound it")
+                f"the tenant's scheduler keeps this pod off {node} only by a rule per node (a required pod "
+                f"anti-affinity or a topology spread constraint over kubernetes.io/hostname); {node} stands for "
+                "many nodes of the shared cluster, whose scheduler applies the rule over those nodes, so the "
+                "virtual node bound it")
 
 
 def _gates(pod: Obj) -> set[str]:

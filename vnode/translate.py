@@ -145,9 +145,10 @@ def node_for(pod: Obj, b: Bridge) -> str:
 
 
 def _in_compute_namespace(term: Obj, ns: str) -> None:
-    """A pod (anti-)affinity term as it reads in the compute cluster, where every namespace of the tenant is the
-    copies' one namespace: it looks there (never at other tenants' namespaces), at the copies of the pods of
-    the tenant namespaces it named (its own by default; every one of the tenant's for a namespace selector)."""
+    """A pod (anti-)affinity term or topology spread constraint as it reads in the compute cluster, where every
+    namespace of the tenant is the copies' one namespace: it looks there (never at other tenants' namespaces),
+    at the copies of the pods of the tenant namespaces it named (its own by default; every one of the tenant's
+    for a namespace selector)."""
     listed, by_label = term.pop("namespaces", None) or [], term.pop("namespaceSelector", None)
     selector = term.get("labelSelector")
     if selector is None or by_label is not None:
@@ -410,6 +411,8 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
             aff["nodeAffinity"] = kept
         for term in _pod_affinity_terms(aff):
             _in_compute_namespace(term, ns)
+    for constraint in spec.get("topologySpreadConstraints") or []:  # it counts the pods of its own namespace
+        _in_compute_namespace(constraint, ns)
     spec["tolerations"] = [t for t in spec.get("tolerations") or []
                            if not str(t.get("key", "")).startswith(("virtual-kubelet.io/", "node.kubernetes.io/"))]
     if b.dns_server and spec.get("dnsPolicy", "ClusterFirst") in ("ClusterFirst", "ClusterFirstWithHostNet"):

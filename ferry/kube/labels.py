@@ -1,4 +1,4 @@
-"""Kubernetes' label-selector rule, shared by the scheduler's snapshot and the vnode (both read pod terms)."""
+"""Kubernetes' label-selector rules, shared by the scheduler's snapshot and the vnode (both read pod terms)."""
 
 from __future__ import annotations
 
@@ -20,3 +20,13 @@ def label_selector_selects(selector: dict[str, Any] | None, labels: Mapping[str,
         if not met:
             return False
     return True
+
+
+def with_label_keys(constraint: dict[str, Any], labels: Mapping[str, str]) -> dict[str, Any] | None:
+    """A topology spread constraint's selector with its ``matchLabelKeys`` (the pod's values of those labels)
+    ANDed in: each pod counts the pods its own labels pick."""
+    selector, keys = constraint.get("labelSelector"), constraint.get("matchLabelKeys") or []
+    if selector is None or not keys:
+        return selector
+    extra = {k: labels[k] for k in keys if k in labels}
+    return {**selector, "matchLabels": {**(selector.get("matchLabels") or {}), **extra}}

@@ -138,12 +138,20 @@ class Together(PodTerm):
 @dataclass(frozen=True, slots=True)
 class Spread(PodTerm):
     """A topology spread constraint that may not be broken (``whenUnsatisfiable: DoNotSchedule``): a
-    replica with it goes only to a domain where the replicas the term selects would then number at most
+    replica with it goes only to a domain where the pods the term selects would then number at most
     ``max_skew`` more than in the emptiest domain its node selector and affinity admit (counted as 0 while
-    fewer than ``min_domains`` such domains exist), on a node that has the label."""
+    fewer than ``min_domains`` such domains exist), on a node that has the label. The pods counted are its
+    job's bound replicas the term selects (``Request.marks``) and, where ``namespace`` is set, the bound pods
+    of other jobs of that namespace whose labels meet ``selector`` (a Deployment's replicas, each a job)."""
 
     max_skew: int = 1
     min_domains: int = 1
+    namespace: str | None = None
+    selector: tuple[NodeRequirement, ...] = ()
+
+    def selects(self, namespace: str, labels: Mapping[str, str]) -> bool:
+        """Whether a pod of another job counts (never without ``namespace``)."""
+        return namespace == self.namespace and all(r.holds_for(labels) for r in self.selector)
 
 
 @dataclass(frozen=True, slots=True)

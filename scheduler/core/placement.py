@@ -116,6 +116,11 @@ class Placer:
         self.on_node: dict[str, dict[tuple[str, str, int], tuple[Job, Replica]]] = defaultdict(dict)
         # the bound replicas whose pod anti-affinity reaches other jobs' pods: every placement looks at them
         self._avoiders: dict[tuple[str, str, int], tuple[Job, Replica]] = {}
+        # binds and releases, all and per job that spreads: other jobs' pods a spread counts are recounted only
+        # after one of theirs
+        self._moves = 0
+        self._moves_of: defaultdict[str, int] = defaultdict(int)
+        self._peer_counts: dict[tuple[str, str], tuple[int, dict[str, int]]] = {}
         for node in cluster.nodes.values():
             self._index(node)
         for job in cluster.jobs.values():  # a placer made anew for a model that has bindings
@@ -161,6 +166,7 @@ class Placer:
     def recount(self, node: Node, charges: Iterable[Callable[[Node], None]] = ()) -> None:
         """A node's use from scratch: what ``charges`` hold there (pods the core does not place), then the
         replicas bound to it. For a node whose object or foreign pods changed."""
+        self._moves += 1  # its labels may have changed: a spread's counts by domain too
         node.used_cpu = node.used_mem = node.pods = 0
         for d in node.devices:
             d.free = GPU_MILLI
@@ -179,6 +185,7 @@ class Placer:
     def forget(self, name: str) -> None:
         """A node that is gone: out of the index (its replicas stay bound to the name, holding nothing)."""
         node = self.cluster.nodes.get(name)
+        self._moves += 1
         if node is not None:
             node.schedulable = False
             self._index(node)
@@ -217,6 +224,9 @@ class Placer:
         self.on_node[node_name][(job.name, replica.task, replica.index)] = (job, replica)
         if req.avoid:
             self._avoiders[(job.name, replica.task, replica.index)] = (job, replica)
+        self._moves += 1
+        if req.spread:  # only a job that spreads asks how many of the moves were its own
+            self._moves_of[job.name] += 1
         self._charge(job.queue, req.gpu_total)
         job.allocated += req.gpu_total
         self._index(node)
@@ -255,6 +265,9 @@ class Placer:
         self.on_node[replica.node].pop((job.name, replica.task, replica.index), None)
         if req.avoid:
             self._avoiders.pop((job.name, replica.task, replica.index), None)
+        self._moves += 1
+        if req.spread:  # only a job that spreads asks how many of the moves were its own
+            self._moves_of[job.name] += 1
         node = self.cluster.nodes.get(replica.node)
         if node is not None:
             node.used_cpu -= req.cpu_milli
@@ -516,17 +529,40 @@ class Placer:
 
     def _skewed(self, job: Job, req: Request, sp: Spread) -> set[str]:
         """The nodes a replica with spread constraint ``sp`` may not use, as kube-scheduler's PodTopologySpread
-        filter reads it: those without the label, and those of a domain whose count of the job's bound
-        replicas the term selects (with this one, if it selects it) would exceed the count of the emptiest
-        domain the replica's selector and affinity admit by more than ``max_skew``."""
+        filter reads it: those without the label, and those of a domain whose count of the bound pods the
+        term selects (the job's replicas, and other jobs' pods of its namespace; with this one, if it selects
+        it) would exceed the count of the emptiest domain the replica's selector and affinity admit by more
+        than ``max_skew``."""
         nodes = self.cluster.nodes
         counts = self._marked_domains(job, sp)
+        if sp.namespace is not None:
+            self._count_peers(job, sp, counts)
         # every node the replica's selector and affinity admit counts, cordoned or not (as nodeTaintsPolicy Ignore)
         eligible = {d for n in nodes.values() if (d := sp.domain(n)) is not None and req.admits(n)}
         least = min((counts[d] for d in eligible), default=0) if len(eligible) >= sp.min_domains else 0
         mine = 1 if sp.term in req.marks else 0
         return {n.name for n in nodes.values()
                 if (d := sp.domain(n)) is None or counts[d] + mine - least > sp.max_skew}
+
+    def _count_peers(self, job: Job, sp: Spread, counts: defaultdict[str, int]) -> None:
+        """Add to ``counts`` the bound pods of other jobs that ``sp`` selects, per domain: a walk over the bound
+        pods, for a replica that states such a spread, done again only once another job's pod came or went
+        (a gang's replicas placed one after another share it)."""
+        key, stamp = (job.name, sp.term), self._moves - self._moves_of[job.name]
+        cached = self._peer_counts.get(key)
+        if cached is None or cached[0] != stamp:
+            nodes, found = self.cluster.nodes, defaultdict[str, int](int)
+            for name, occupants in self.on_node.items():
+                node = nodes.get(name)
+                if node is None or (domain := sp.domain(node)) is None:
+                    continue
+                found[domain] += sum(1 for other, r in occupants.values() if other.name != job.name
+                                     and sp.selects(other.namespace, other.task_by_name[r.task].labels))
+            if len(self._peer_counts) > 1024:  # pending jobs that spread come and go
+                self._peer_counts.clear()
+            cached = self._peer_counts[key] = (stamp, dict(found))
+        for domain, n in cached[1].items():
+            counts[domain] += n
 
     def _held_domains(self, job: Job, term: PodTerm) -> set[str]:
         """The domains of ``term`` that hold a bound replica of ``job`` the term selects."""

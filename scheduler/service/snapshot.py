@@ -31,7 +31,7 @@ from ferry.keys import (
     WILL_EVICT_BY,
 )
 from ferry.kube import quantity
-from ferry.kube.labels import label_selector_selects
+from ferry.kube.labels import label_selector_selects, with_label_keys
 from ferry.kube.timestamps import rfc3339
 from scheduler.core import hierarchy
 from scheduler.core.model import (
@@ -218,17 +218,20 @@ def own_pod_terms(first: Mapping[str, Obj]) -> dict[str, OwnTerms]:
                     terms[task].append((make(term, str(t["topologyKey"])), term, t.get("labelSelector")))
         for c in pod.get("spec", {}).get("topologySpreadConstraints") or []:
             if c.get("whenUnsatisfiable") == "DoNotSchedule" and c.get("topologyKey"):
-                sel = _with_label_keys(c, labels)  # each pod counts the pods its own labels pick: a term of its own
+                sel = with_label_keys(c, labels)  # each pod counts the pods its own labels pick: a term of its own
                 term = json.dumps({**c, "labelSelector": sel}, sort_keys=True)
+                reqs = _selector_requirements(sel)  # None: it selects nothing (or nothing the API server lets in)
                 terms[task].append((Spread(term, str(c["topologyKey"]), int(c.get("maxSkew") or 1),
-                                           int(c.get("minDomains") or 1)), term, sel))
+                                           int(c.get("minDomains") or 1), None if reqs is None else own_ns or "",
+                                           reqs or ()), term, sel))
     selectors = {term: sel for ts in terms.values() for _, term, sel in ts}
     selected = {task: frozenset(term for term, sel in selectors.items()
                                 if label_selector_selects(sel, pod["metadata"].get("labels") or {}))
                 for task, pod in first.items()}
     out: dict[str, OwnTerms] = {}
-    for task in first:
-        own = [made for made, term, _ in terms[task] if any(term in marks for marks in selected.values())]
+    for task in first:  # a spread that counts other jobs' pods holds even if it selects none of its job's
+        own = [made for made, term, _ in terms[task] if any(term in marks for marks in selected.values())
+               or (isinstance(made, Spread) and made.namespace is not None)]
         found = OwnTerms(frozenset(m for m in own if isinstance(m, Apart)),
                          frozenset(m for m in own if isinstance(m, Together)),
                          frozenset(m for m in own if isinstance(m, Spread)), selected[task])
@@ -252,24 +255,23 @@ def peer_terms(pod: Obj) -> tuple[frozenset[Avoid], frozenset[Near]]:
                 continue
             listed = frozenset(str(n) for n in t.get("namespaces") or ())
             namespaces = None if by_label == {} else (listed or frozenset({own_ns}))
-            reqs = [NodeRequirement(str(k), SelectorOp.IN, (str(v),))
-                    for k, v in (selector.get("matchLabels") or {}).items()]
-            try:
-                reqs += [_requirement(e, field=False) for e in selector.get("matchExpressions") or []]
-            except BadSpec:
-                continue  # not an operator the API server lets through
-            found[kind].add(make(json.dumps(t, sort_keys=True), str(t["topologyKey"]), namespaces, tuple(reqs)))
+            if (reqs := _selector_requirements(selector)) is not None:
+                found[kind].add(make(json.dumps(t, sort_keys=True), str(t["topologyKey"]), namespaces, reqs))
     return (frozenset(a for a in found["podAntiAffinity"] if isinstance(a, Avoid)),
             frozenset(n for n in found["podAffinity"] if isinstance(n, Near)))
 
 
-def _with_label_keys(constraint: Obj, labels: Mapping[str, str]) -> Obj | None:
-    """A spread constraint's selector with its ``matchLabelKeys`` (the pod's values of those labels) ANDed in."""
-    selector, keys = constraint.get("labelSelector"), constraint.get("matchLabelKeys") or []
-    if selector is None or not keys:
-        return selector
-    extra = {k: labels[k] for k in keys if k in labels}
-    return {**selector, "matchLabels": {**(selector.get("matchLabels") or {}), **extra}}
+def _selector_requirements(selector: Obj | None) -> tuple[NodeRequirement, ...] | None:
+    """A pod term's label selector as requirements on pod labels (None: a null selector, which selects nothing,
+    or an operator the API server does not let through)."""
+    if selector is None:
+        return None
+    reqs = [NodeRequirement(str(k), SelectorOp.IN, (str(v),)) for k, v in (selector.get("matchLabels") or {}).items()]
+    try:
+        reqs += [_requirement(e, field=False) for e in selector.get("matchExpressions") or []]
+    except BadSpec:
+        return None
+    return tuple(reqs)
 
 
 def _in_own_namespace(term: Obj, namespace: str | None) -> bool:

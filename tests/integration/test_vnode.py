@@ -17,6 +17,7 @@ import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from ferry.cluster.gpunodes import DOMAIN_LABEL
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
 from tests.helpers import (
@@ -1303,6 +1304,32 @@ async def test_pods_of_separate_jobs_that_keep_apart_by_pod_anti_affinity_run_on
     assert later["late"] not in first.values(), (first, later)
 
 
+async def _deployment_running(tenant_api: client.ApiClient, compute_api: client.ApiClient, ns: str, app: str,
+                              **spec: Any) -> list[tuple[Any, Any]]:
+    """Three replicas of a Deployment whose pods state ``spec``, once all are Running: each with its copy."""
+    template = tenant_pod("unused", automountServiceAccountToken=False, **spec)
+    template["metadata"] = {"labels": {"app": app}}
+    await client.AppsV1Api(tenant_api).create_namespaced_deployment(ns, {
+        "metadata": {"name": app},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": app}}, "template": template}})
+    core = client.CoreV1Api(tenant_api)
+
+    async def running() -> list[Any] | None:
+        pods = (await core.list_namespaced_pod(ns, label_selector=f"app={app}")).items
+        return pods if len(pods) == 3 and all(p.status.phase == "Running" for p in pods) else None
+
+    pods = await eventually(running, timeout=90, what="three replicas Running")
+    return [(p, await compute_pod_of(compute_api, "tenant-1", p.metadata.uid)) for p in pods]
+
+
+async def _bound_by_the_vnode(tenant_api: client.ApiClient, ns: str) -> set[str]:
+    """The pods the vnode bound as ones the tenant's scheduler kept off the virtual node by a rule per node."""
+    told = (await client.CoreV1Api(tenant_api).list_namespaced_event(ns, field_selector="reason=BoundByVirtualNode")
+            ).items
+    assert all("only by a rule per node" in e.message for e in told), [e.message for e in told]
+    return {e.involved_object.name for e in told}
+
+
 async def test_a_deployment_of_the_tenants_scheduler_that_keeps_replicas_apart_per_node_runs_every_replica(
         tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
     """An unmodified Deployment for the tenant's own kube-scheduler, three replicas with a required pod
@@ -1310,26 +1337,49 @@ async def test_a_deployment_of_the_tenants_scheduler_that_keeps_replicas_apart_p
     for the others (it sees one hostname); the vnode binds those, says so on each, and in the compute cluster
     the three run on three nodes."""
     app = f"api-{tenant_ns}"
-    template = tenant_pod("unused", automountServiceAccountToken=False, affinity={"podAntiAffinity": {
+    placed = await _deployment_running(tenant_api, compute_api, tenant_ns, app, affinity={"podAntiAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": [
             {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": "kubernetes.io/hostname"}]}})
-    template["metadata"] = {"labels": {"app": app}}
-    await client.AppsV1Api(tenant_api).create_namespaced_deployment(tenant_ns, {
-        "metadata": {"name": "api"},
-        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": app}}, "template": template}})
+    assert {p.spec.node_name for p, _ in placed} == {"ferry-tenant-1"}
+    assert len({c.spec.node_name for _, c in placed}) == 3, [c.spec.node_name for _, c in placed]
+    assert len(await _bound_by_the_vnode(tenant_api, tenant_ns)) == 2
+
+
+async def test_a_deployment_of_the_tenants_scheduler_that_spreads_over_nodes_runs_every_replica_apart(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """The same with a topology spread constraint over ``kubernetes.io/hostname`` (``maxSkew: 1``, may not be
+    broken) in a tenant cluster that has another node (no GPUs): the tenant's scheduler puts one replica on the
+    virtual node, then counts the other node as a domain holding none; the vnode binds the rest, and the
+    compute scheduler, counting each replica's peers, runs them on three nodes."""
+    app = f"infer-{tenant_ns}"
     core = client.CoreV1Api(tenant_api)
+    other = f"cpu-{tenant_ns}"[:63]
+    await core.create_node({"metadata": {"name": other, "labels": {"kubernetes.io/hostname": other}}})
+    try:
+        placed = await _deployment_running(tenant_api, compute_api, tenant_ns, app, topologySpreadConstraints=[{
+            "maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": app}}}])
+    finally:
+        await core.delete_node(other)
+    assert {p.spec.node_name for p, _ in placed} == {"ferry-tenant-1"}
+    assert len({c.spec.node_name for _, c in placed}) == 3, [c.spec.node_name for _, c in placed]
+    assert len(await _bound_by_the_vnode(tenant_api, tenant_ns)) == 2
 
-    async def running() -> list[Any] | None:
-        pods = (await core.list_namespaced_pod(tenant_ns, label_selector=f"app={app}")).items
-        return pods if len(pods) == 3 and all(p.status.phase == "Running" for p in pods) else None
 
-    pods = await eventually(running, timeout=90, what="three replicas Running")
-    assert {p.spec.node_name for p in pods} == {"ferry-tenant-1"}
-    copies = [await compute_pod_of(compute_api, "tenant-1", p.metadata.uid) for p in pods]
-    assert len({c.spec.node_name for c in copies}) == 3, [c.spec.node_name for c in copies]
-    told = (await core.list_namespaced_event(tenant_ns, field_selector="reason=BoundByVirtualNode")).items
-    assert len({e.involved_object.name for e in told}) == 2, [(e.involved_object.name, e.message) for e in told]
-    assert "only by required pod anti-affinity per node" in told[0].message
+async def test_a_deployment_whose_replicas_spread_over_racks_runs_one_per_rack(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """A Deployment for a scheduler the vnode serves, three replicas (each a job of its own) with a topology
+    spread constraint over the compute nodes' rack label that may not be broken: each counts the others, so
+    they run in three racks, where binpacking alone put them on one node."""
+    app = f"serve-{tenant_ns}"
+    placed = await _deployment_running(tenant_api, compute_api, tenant_ns, app, schedulerName="kube-ferry",
+                                       topologySpreadConstraints=[{
+                                           "maxSkew": 1, "topologyKey": DOMAIN_LABEL,
+                                           "whenUnsatisfiable": "DoNotSchedule",
+                                           "labelSelector": {"matchLabels": {"app": app}}}])
+    compute = client.CoreV1Api(compute_api)
+    racks = [(await compute.read_node(c.spec.node_name)).metadata.labels[DOMAIN_LABEL] for _, c in placed]
+    assert len(set(racks)) == 3, racks
 
 
 async def test_a_pod_that_keeps_beside_another_jobs_pod_by_pod_affinity_runs_on_its_compute_node(

@@ -1,5 +1,6 @@
-"""Which pods the tenant's scheduler keeps off a virtual node only by required pod anti-affinity per node
-(vnode/apart.py; the real planes in tests/integration/test_vnode.py)."""
+"""Which pods the tenant's scheduler keeps off a virtual node only by a rule per node: required pod
+anti-affinity or a topology spread constraint over the hostname (vnode/apart.py; the real planes in
+tests/integration/test_vnode.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from vnode.apart import conflicts, fits_but_for_hostname
+from vnode.apart import conflicts, fits_but_for_hostname, kept_off_by_hostname
 from vnode.node import TAINTS
 from vnode.selection import tolerates
 
@@ -25,7 +26,7 @@ def term(key: str = HOST, app: str = "web", **extra: Any) -> Obj:
 
 
 def pod(name: str, ns: str = "ns", app: str = "web", anti: list[Obj] | None = None, near: list[Obj] | None = None,
-        pinned: bool = False, **spec: Any) -> Obj:
+        pinned: bool = False, role: str = "", **spec: Any) -> Obj:
     affinity: Obj = {}
     if pinned:  # as a DaemonSet's pod: its node named by field
         affinity["nodeAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
@@ -34,8 +35,17 @@ def pod(name: str, ns: str = "ns", app: str = "web", anti: list[Obj] | None = No
         affinity["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": anti}
     if near is not None:
         affinity["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": near}
-    return {"metadata": {"name": name, "namespace": ns, "labels": {"app": app}},
+    return {"metadata": {"name": name, "namespace": ns, "labels": {"app": app, **({"role": role} if role else {})}},
             "spec": {"tolerations": [TOLERATE], "containers": [{"name": "c"}], "affinity": affinity, **spec}}
+
+
+def spread(key: str = HOST, max_skew: int = 1, keys: list[str] | None = None) -> Obj:
+    return {"maxSkew": max_skew, "topologyKey": key, "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "web"}}, **({"matchLabelKeys": keys} if keys else {})}
+
+
+def spreading(key: str = HOST, max_skew: int = 1, keys: list[str] | None = None) -> Obj:
+    return pod("web-1", role="worker", topologySpreadConstraints=[spread(key, max_skew, keys)])
 
 
 REPLICA = pod("web-1", anti=[term()])
@@ -64,20 +74,32 @@ CASES: list[tuple[str, Obj, list[Obj], Obj, bool]] = [
     ("the term names the namespace", pod("web-1", ns="other", anti=[term(namespaces=["ns"])]), BOUND, node(), True),
     ("the term looks at every namespace", pod("web-1", ns="other", anti=[term(namespaceSelector={})]), BOUND,
      node(), True),
+    ("a replica that spreads over nodes, one already there", spreading(), [pod("web-0")], node(), True),
+    ("a spread whose skew one more pod there keeps", spreading(max_skew=2), [pod("web-0")], node(), False),
+    ("a spread over a zone the virtual node lacks: it is never a domain", pod("web-1", anti=[term()],
+     topologySpreadConstraints=[spread(ZONE)]), BOUND, node(), False),
+    ("a spread over a zone the virtual node carries, skewed there", spreading(ZONE), [pod("web-0")],
+     node(**{ZONE: "a"}), False),
+    ("a spread that picks its role's pods only (matchLabelKeys)", spreading(keys=["role"]),
+     [pod("web-0", role="other")], node(), False),
     ("namespaces by labels the vnode does not read: not sure, so left to the tenant's scheduler",
      pod("web-1", ns="other", anti=[term(namespaceSelector={"matchLabels": {"team": "a"}})]), BOUND, node(), False),
 ]
 
 
 @pytest.mark.parametrize(("pod_", "bound", "node_", "taken"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_a_pod_is_taken_only_when_anti_affinity_per_node_is_all_that_keeps_it_off(
+def test_a_pod_is_taken_only_when_a_rule_per_node_is_all_that_keeps_it_off(
         pod_: Obj, bound: list[Obj], node_: Obj, taken: bool) -> None:
     assert fits_but_for_hostname(pod_, node_, bound) is taken
+    if taken:  # what the binder checks before it reads the Node
+        assert kept_off_by_hostname(pod_, bound)
 
 
 def test_conflicts_name_each_sides_terms() -> None:
     assert conflicts(REPLICA, BOUND) == [(HOST, True), (HOST, True)]  # its own term, and web-0's selecting it
     assert conflicts(pod("solo", app="batch"), BOUND) == []
+    assert not kept_off_by_hostname(pod("solo", app="batch"), BOUND)
+    assert not kept_off_by_hostname(spreading(max_skew=2), [pod("web-0")])
 
 
 def test_tolerations_follow_kubernetes_rules() -> None:

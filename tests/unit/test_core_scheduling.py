@@ -1054,6 +1054,44 @@ def test_single_pods_of_one_deployment_that_keep_apart_run_on_separate_nodes_and
     assert "its pod affinity and anti-affinity rule out 5 of 5 node(s)" in c.jobs["web4"].reason, c.jobs["web4"].reason
 
 
+def test_single_pods_of_one_deployment_that_spread_over_zones_count_each_other() -> None:
+    # one-pod jobs (a Deployment's replicas) whose spread constraint selects each other: binpacking alone puts
+    # them all in the tightest zone; counting the other jobs' pods, no zone gets two before each has one
+    def spreading(name: str, ns: str, submit: float) -> Job:
+        even = Spread("web-even", "zone", max_skew=1, namespace=ns,
+                      selector=(NodeRequirement("app", SelectorOp.IN, ("web",)),))
+        job = _pod(name, ns, {"app": "web"}, submit=submit)
+        job.tasks[0].request = dataclasses.replace(job.tasks[0].request, spread=frozenset({even}),
+                                                   marks=frozenset({even.term}))
+        return job
+
+    c = cluster(_zoned("a", "b", "c"))
+    s = scheduler(c)
+    s.submit(_pod("other-ns", "b", {"app": "web"}))  # another namespace's pod of the label does not count
+    for i in range(3):
+        s.submit(spreading(f"web{i}", "a", submit=1 + i))
+    s.cycle(0)
+    zones = sorted(c.nodes[c.jobs[f"web{i}"].replicas[0].node or ""].labels["zone"] for i in range(3))
+    assert zones == ["a", "b", "c"], zones
+    # a fourth may go to any zone (each then has one); a fifth not to the zone the fourth took
+    s.submit(spreading("web3", "a", submit=5))
+    s.cycle(10)
+    s.submit(spreading("web4", "a", submit=6))
+    s.cycle(20)
+    fourth, fifth = (c.nodes[c.jobs[n].replicas[0].node or ""].labels["zone"] for n in ("web3", "web4"))
+    assert fourth != fifth, (fourth, fifth)
+    # without counting other jobs' pods (no namespace: its job's replicas only), they stack
+    c = cluster(_zoned("a", "b", "c"))
+    s = scheduler(c)
+    for i in range(3):
+        job = _pod(f"web{i}", "a", {"app": "web"}, submit=i)
+        job.tasks[0].request = dataclasses.replace(job.tasks[0].request, spread=frozenset({Spread("w", "zone")}),
+                                                   marks=frozenset({"w"}))
+        s.submit(job)
+    s.cycle(0)
+    assert len({c.jobs[f"web{i}"].replicas[0].node for i in range(3)}) == 1
+
+
 def test_a_pod_that_keeps_beside_another_jobs_pods_runs_in_their_domain_or_waits_for_one() -> None:
     # the cache runs on n3; binpacking alone would put the reader on n1, the tightest node
     c = cluster([node("n1", 8), node("n2", 8), node("n3", 8)])

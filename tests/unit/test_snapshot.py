@@ -327,6 +327,10 @@ def test_a_jobs_spread_constraints_among_its_own_pods_are_kept_and_soft_ones_are
     assert (spread.key, spread.max_skew, spread.min_domains) == ("zone", 2, 3)
     # matchLabelKeys: each role's constraint counts the pods of its own role
     assert worker.marks == {spread.term} and master.marks == {by_master.term} and spread != by_master
+    # other jobs' pods of the namespace count too (a Deployment's replicas): by the same selector
+    assert spread.namespace == "ns" and spread.selects("ns", {"app": "train", "role": "worker"})
+    assert not spread.selects("ns", {"app": "train", "role": "master"}) and not spread.selects("other", {
+        "app": "train", "role": "worker"})
 
 
 def test_pod_anti_affinity_with_any_job_is_read_with_the_namespaces_it_looks_at_and_the_pods_labels() -> None:

@@ -212,6 +212,12 @@ def test_a_copy_keeps_the_node_affinity_that_picks_compute_nodes_and_drops_what_
         [{"key": ns_of, "operator": "In", "values": sorted(["elsewhere", own_ns])}], None]
     preferred = terms["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
     assert preferred["labelSelector"]["matchExpressions"] == [{"key": ns_of, "operator": "In", "values": [own_ns]}]
+    # a topology spread constraint counts the pods of its own namespace: the copies of that tenant namespace's
+    spread = {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+              "labelSelector": {"matchLabels": {"app": "x"}}}
+    (counted,) = compute_pod(tenant_pod(topologySpreadConstraints=[spread]), B)["spec"]["topologySpreadConstraints"]
+    assert counted["labelSelector"] == {"matchLabels": {"app": "x"},
+                                        "matchExpressions": [{"key": ns_of, "operator": "In", "values": [own_ns]}]}
     # preferences keep what is about compute nodes, with their weights
     assert copied([{"matchExpressions": [role]}],
                   [{"weight": 5, "preference": {"matchExpressions": [zone, host]}},
