@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ferry.kube.labels import label_selector_selects, with_label_keys
-from vnode.selection import selected_keys, tolerates
+from vnode.selection import refusal, selected_keys
 from vnode.translate import admits
 
 Obj = dict[str, Any]
@@ -90,11 +90,8 @@ def kept_off_by_hostname(pod: Obj, bound: list[Obj]) -> bool:
 def fits_but_for_hostname(pod: Obj, node: Obj, bound: list[Obj]) -> bool:
     """Whether the tenant's scheduler keeps ``pod`` off ``node`` (a virtual node's Node) only by required pod
     anti-affinity or a topology spread constraint over the node's hostname, with pods ``bound`` there."""
-    spec = node.get("spec", {})
     labels = node.get("metadata", {}).get("labels") or {}
-    if spec.get("unschedulable") or required_terms(pod, "podAffinity"):
-        return False
-    if not all(tolerates(pod, t) for t in spec.get("taints") or [] if t.get("effect") in ("NoSchedule", "NoExecute")):
+    if refusal(pod, node) is not None or required_terms(pod, "podAffinity"):
         return False
     if not admits(pod, labels, selected_keys(pod)) or _names_nodes(pod):
         return False

@@ -95,6 +95,7 @@ class Vnode:
 
         c.tenant_pods.on_change = self.pods.on_tenant_pod
         c.tenant_unbound.on_change = self._unbound_pod
+        c.tenant_nodes.on_change = self.binder.node_changed
         self.binder.on_bound = self.pods.on_tenant_pod
         c.compute_pods.on_change = self.pods.on_compute_pod
         for kind, inf in c.tenant_groups.items():

@@ -22,7 +22,8 @@ from vnode.apart import fits_but_for_hostname, kept_off_by_hostname
 from vnode.caches import Caches
 from vnode.events import Recorder
 from vnode.gangs import Gangs
-from vnode.selection import tolerates_vnode, unschedulable
+from vnode.node import TAINTS
+from vnode.selection import refusal, tolerates_vnode, unschedulable
 from vnode.translate import KUEUE_GATES, Bridge, gang_of, node_for
 
 Obj = dict[str, Any]
@@ -33,6 +34,8 @@ KUEUE_API = "/apis/kueue.x-k8s.io"  # the group's discovery: served while Kueue'
 VOLCANO_DEFAULT_QUEUE: Obj = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
                               "metadata": {"name": "default"}, "spec": {"reclaimable": True, "weight": 1}}
 KEPT_APART = "BoundByVirtualNode"
+NODE_REFUSES = "VirtualNodeUnschedulable"
+OWN_TAINTS = frozenset(t["key"] for t in TAINTS)
 
 
 class Binder:
@@ -49,6 +52,7 @@ class Binder:
         self.on_bound: Callable[[str, Obj], None] | None = None  # a pod this vnode just bound
         self.volcano_queue_made = "volcano" not in self.served  # nothing to make unless it plays Volcano's
         self._queue_refused = False
+        self._refused: dict[str, str] = {}  # pod UID -> why its virtual node refuses it, as told
 
     async def kueue_runs(self, fresh: bool = False) -> bool:
         """Whether the tenant cluster serves Kueue's API. Kueue may be installed after the vnode started, and
@@ -102,7 +106,9 @@ class Binder:
                 and unschedulable(pod) and tolerates_vnode(pod))
 
     def on_tenant_pod(self, kind: str, pod: Obj) -> None:
-        if kind != "DELETED" and (self.wants(pod) or self.may_keep_apart(pod)):
+        if kind == "DELETED":
+            self._refused.pop(pod["metadata"].get("uid", ""), None)
+        elif self.wants(pod) or self.may_keep_apart(pod):
             self.queue.add("pod/" + f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
 
     def requeue_kept_apart(self) -> None:
@@ -136,6 +142,9 @@ class Binder:
                 await self._bind(rest, pod, node, kept_apart=True)
             return
         meta = pod["metadata"]
+        node = node_for(pod, self.b)  # a pod that asks for a GPU pool: the pool's node
+        if not await self._admitted(pod, node):
+            return
         if gates := _gates(pod):
             if not gates <= KUEUE_GATES:
                 return  # someone else's gate: the pod is not ready to be scheduled
@@ -146,7 +155,35 @@ class Binder:
                                      {"op": "replace", "path": "/spec/schedulingGates", "value": []}],
                                     content_type="application/json-patch+json")
             log.info("lifted Kueue scheduling gates", pod=rest, gates=sorted(gates))
-        await self._bind(rest, pod, node_for(pod, self.b))  # a pod that asks for a GPU pool: the pool's node
+        await self._bind(rest, pod, node)
+
+    async def _admitted(self, pod: Obj, node: str) -> bool:
+        """Whether the virtual node takes the pod as kube-scheduler's NodeUnschedulable and TaintToleration
+        filters would: not while an admin has cordoned it, nor with a taint of theirs the pod does not tolerate
+        (the virtual node's own taints keep other schedulers off; the pods it binds need not tolerate them).
+        A pod kept off is told once why; it is looked at again when the Node changes."""
+        obj = self.caches.tenant_nodes.store.get(node)
+        why = None if obj is None else refusal(pod, obj, OWN_TAINTS)
+        uid = pod["metadata"]["uid"]
+        if why is None:
+            self._refused.pop(uid, None)
+            return True
+        if self._refused.get(uid) != why:
+            self._refused[uid] = why
+            await self.recorder.emit(pod, "Warning", NODE_REFUSES,
+                                     f"the virtual node {node} takes no new pods now: {why}; the pod waits until "
+                                     f"an admin lifts it (kubectl uncordon {node}, or a toleration on the pod)",
+                                     key=f"{NODE_REFUSES}-{uid}")
+            log.info("a pod waits: its virtual node refuses new pods", pod=f"{pod['metadata']['namespace']}/"
+                     f"{pod['metadata']['name']}", node=node, why=why)
+        return False
+
+    def node_changed(self, kind: str, node: Obj) -> None:
+        """A virtual node's Node changed (an admin cordoned or uncordoned it, tainted it): look again at every pod
+        the binder may bind."""
+        for key, pod in self.caches.tenant_unbound.store.items():
+            if self.wants(pod):
+                self.queue.add(f"pod/{key}")
 
     async def _kept_apart(self, pod: Obj) -> str | None:
         """The virtual node the tenant's scheduler keeps ``pod`` off only by a rule per node, else None."""
@@ -158,7 +195,7 @@ class Binder:
                  and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
         if not kept_off_by_hostname(pod, bound):
             return None  # nothing bound there its rules per node count: it waits for another reason
-        node_obj = await self.tenant.get_or_none(path("", "v1", "nodes", None, node))
+        node_obj = self.caches.tenant_nodes.store.get(node)
         if node_obj is None or not fits_but_for_hostname(pod, node_obj, bound):
             return None
         return node

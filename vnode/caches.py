@@ -7,6 +7,7 @@ from collections import ChainMap
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ferry.keys import PREFIX
 from ferry.kube.informer import Informer
 from ferry.kube.rest import Rest, path
 from vnode import metrics, naming
@@ -79,6 +80,9 @@ class Caches:
             node: inf("tenant-pods" if node == b.node else f"tenant-pods-{node}", tenant, path("", "v1", "pods"),
                       fieldSelector=f"spec.nodeName={node}") for node in b.nodes})
         self.tenant_unbound = inf("tenant-unbound-pods", tenant, path("", "v1", "pods"), fieldSelector="spec.nodeName=")
+        # the virtual nodes' own Node objects, as an admin changes them (a cordon, a taint: the binder heeds both)
+        self.tenant_nodes = inf("tenant-virtual-nodes", tenant, path("", "v1", "nodes"),
+                                labelSelector=f"{PREFIX}role=virtual-node")
         self.tenant_configmaps = inf("tenant-configmaps", tenant, path("", "v1", "configmaps"))
         self.tenant_secrets = inf("tenant-secrets", tenant, path("", "v1", "secrets"))
         # Services whose selector chooses pods of this node are copied (vnode/copies.py), so their names resolve
@@ -120,8 +124,8 @@ class Caches:
 
     @property
     def tenant_side(self) -> list[Informer]:
-        return [*self.tenant_pods.informers, self.tenant_unbound, self.tenant_configmaps, self.tenant_secrets,
-                self.tenant_services, self.tenant_slices, *self.tenant_groups.values()]
+        return [*self.tenant_pods.informers, self.tenant_unbound, self.tenant_nodes, self.tenant_configmaps,
+                self.tenant_secrets, self.tenant_services, self.tenant_slices, *self.tenant_groups.values()]
 
     @property
     def compute_side(self) -> list[Informer]:

@@ -37,6 +37,23 @@ def tolerates(pod: Obj, taint: Obj) -> bool:
     return False
 
 
+UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+
+
+def refusal(pod: Obj, node: Obj, ignored: frozenset[str] = frozenset()) -> str | None:
+    """Why kube-scheduler's NodeUnschedulable and TaintToleration filters would keep ``pod`` off ``node`` (None:
+    they let it on): the node is cordoned, or it has a taint the pod does not tolerate (taints of ``ignored``
+    keys aside)."""
+    spec = node.get("spec", {})
+    if spec.get("unschedulable") and not tolerates(pod, UNSCHEDULABLE_TAINT):
+        return "it is cordoned (unschedulable)"
+    for t in spec.get("taints") or []:
+        if t.get("effect") in ("NoSchedule", "NoExecute") and t.get("key") not in ignored and not tolerates(pod, t):
+            value = f"={t['value']}" if t.get("value") else ""
+            return f"the pod does not tolerate its taint {t.get('key')}{value}:{t.get('effect')}"
+    return None
+
+
 def tolerates_vnode(pod: Obj) -> bool:
     """Whether the pod may go to a virtual node (it tolerates the taint every virtual node has)."""
     return tolerates(pod, TAINT)

@@ -1366,6 +1366,35 @@ async def test_a_deployment_of_the_tenants_scheduler_that_spreads_over_nodes_run
     assert len(await _bound_by_the_vnode(tenant_api, tenant_ns)) == 2
 
 
+async def test_a_cordoned_virtual_node_takes_no_new_pod_of_the_schedulers_it_serves_until_uncordoned(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """``kubectl cordon`` on the virtual node: a pod for a scheduler the vnode serves (as a gang's pods are) is not
+    bound while it is cordoned, as kube-scheduler would not bind one, and is told why; a pod already running
+    stays; once uncordoned the waiting pod runs."""
+    core = client.CoreV1Api(tenant_api)
+    node = "ferry-tenant-1"
+    await running_pair(core, compute_api, tenant_ns, "before")
+    await core.patch_node(node, {"spec": {"unschedulable": True}})
+    try:
+        await core.create_namespaced_pod(tenant_ns, tenant_pod("during", automountServiceAccountToken=False,
+                                                               schedulerName="kube-ferry"))
+
+        async def told() -> str | None:
+            evs = (await core.list_namespaced_event(
+                tenant_ns, field_selector="involvedObject.name=during,reason=VirtualNodeUnschedulable")).items
+            return evs[0].message if evs else None
+
+        said = await eventually(told, timeout=30, what="the waiting pod told why")
+        assert said.startswith(f"the virtual node {node} takes no new pods now: it is cordoned"), said
+        waiting = await core.read_namespaced_pod("during", tenant_ns)
+        assert not waiting.spec.node_name and waiting.status.phase == "Pending"
+        assert (await core.read_namespaced_pod("before", tenant_ns)).status.phase == "Running"
+    finally:
+        await core.patch_node(node, {"spec": {"unschedulable": False}})
+    await eventually(lambda: _with_phase(core, tenant_ns, "during", "Running"), timeout=60,
+                     what="the pod Running once the node is uncordoned")
+
+
 async def test_a_deployment_whose_replicas_spread_over_racks_runs_one_per_rack(
         tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
     """A Deployment for a scheduler the vnode serves, three replicas (each a job of its own) with a topology

@@ -10,7 +10,7 @@ import pytest
 
 from vnode.apart import conflicts, fits_but_for_hostname, kept_off_by_hostname
 from vnode.node import TAINTS
-from vnode.selection import tolerates
+from vnode.selection import refusal, tolerates
 
 Obj = dict[str, Any]
 HOST, ZONE = "kubernetes.io/hostname", "topology.kubernetes.io/zone"
@@ -112,3 +112,20 @@ def test_tolerations_follow_kubernetes_rules() -> None:
     assert not tolerates({"spec": {"tolerations": [{"key": "k", "operator": "Exists", "effect": "NoExecute"}]}},
                          taint)
     assert not tolerates({"spec": {}}, taint)
+
+
+def test_a_virtual_node_refuses_a_pod_as_kube_schedulers_filters_would() -> None:
+    assert refusal(REPLICA, node()) is None  # it tolerates the virtual node's own taints
+    cordoned = {**node(), "spec": {"unschedulable": True, "taints": list(TAINTS)}}
+    assert refusal(REPLICA, cordoned) == "it is cordoned (unschedulable)"
+    tolerant = pod("ds", tolerations=[TOLERATE, {"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}])
+    assert refusal(tolerant, cordoned) is None  # as a DaemonSet's pod
+    tainted = {**node(), "spec": {"taints": [*TAINTS, {"key": "maintenance", "value": "gpu", "effect": "NoExecute"}]}}
+    assert refusal(REPLICA, tainted) == "the pod does not tolerate its taint maintenance=gpu:NoExecute"
+    preferred = {**node(), "spec": {"taints": [*TAINTS, {"key": "soon", "effect": "PreferNoSchedule"}]}}
+    assert refusal(REPLICA, preferred) is None
+    # the binder ignores the virtual node's own taints (they keep other schedulers off; its pods need not tolerate)
+    operator_pod = {"metadata": {"name": "w", "namespace": "ns"}, "spec": {}}
+    assert refusal(operator_pod, node()) is not None
+    assert refusal(operator_pod, node(), frozenset(t["key"] for t in TAINTS)) is None
+    assert refusal(operator_pod, cordoned, frozenset(t["key"] for t in TAINTS)) == "it is cordoned (unschedulable)"
