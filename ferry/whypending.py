@@ -21,13 +21,16 @@ TENANT_GROUPS = (("scheduling.volcano.sh", "v1beta1"), ("scheduling.x-k8s.io", "
 GROUP_LABELS = ("kubeferry.io/pod-group", "scheduling.x-k8s.io/pod-group", "volcano.sh/job-name")
 GROUP_ANNOTATIONS = ("scheduling.k8s.io/group-name",)
 NO_VIRTUAL_NODE = "NoVirtualNodeSelected"  # the vnode's word on a pod no virtual node meets (vnode/selection.py)
-OUR_REASONS = (NO_VIRTUAL_NODE, "FailedScheduling", "Waiting", "Preempting", "WillEvict", "Preempted", "FailedMount",
-               "GangNotReady", "Refused", "Scheduled")
+NODE_REFUSES = "VirtualNodeUnschedulable"  # the vnode's word on a pod its cordoned or tainted node refuses (binder)
+OUR_REASONS = (NO_VIRTUAL_NODE, NODE_REFUSES, "FailedScheduling", "Waiting", "Preempting", "WillEvict", "Preempted",
+               "FailedMount", "GangNotReady", "Refused", "Scheduled")
 
 # (reason, or a phrase of the message) -> what would let it run; the first match wins
 HINTS = (
     (NO_VIRTUAL_NODE, "it selects GPU nodes no virtual node of this cluster stands for: ask the admin for a GPU pool "
                       "of them (the message names the vnode's flag), or select labels every GPU node has"),
+    (NODE_REFUSES, "an admin has cordoned or tainted the virtual node: it starts once they uncordon it (kubectl "
+                   "uncordon) or lift the taint, or with a toleration for that taint"),
     ("preempting:", "its victims are checkpointing: it starts when their grace period ends or they leave"),
     ("recalling", "jobs that ran on loan on the nodes held for it are checkpointing: it starts when their grace "
                   "period ends or they leave"),

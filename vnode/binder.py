@@ -17,6 +17,7 @@ import structlog
 
 from ferry.kube.rest import Rest, path, status_of
 from ferry.kube.workqueue import WorkQueue
+from ferry.whypending import NODE_REFUSES
 from vnode import metrics
 from vnode.apart import fits_but_for_hostname, kept_off_by_hostname
 from vnode.caches import Caches
@@ -34,7 +35,6 @@ KUEUE_API = "/apis/kueue.x-k8s.io"  # the group's discovery: served while Kueue'
 VOLCANO_DEFAULT_QUEUE: Obj = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
                               "metadata": {"name": "default"}, "spec": {"reclaimable": True, "weight": 1}}
 KEPT_APART = "BoundByVirtualNode"
-NODE_REFUSES = "VirtualNodeUnschedulable"
 OWN_TAINTS = frozenset(t["key"] for t in TAINTS)
 
 

@@ -20,6 +20,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from ferry.cluster.gpunodes import DOMAIN_LABEL
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
+from ferry.kube.rest import Rest
+from ferry.whypending import explain
 from tests.helpers import (
     MERGE_PATCH,
     api_client,
@@ -1305,20 +1307,20 @@ async def test_pods_of_separate_jobs_that_keep_apart_by_pod_anti_affinity_run_on
 
 
 async def _deployment_running(tenant_api: client.ApiClient, compute_api: client.ApiClient, ns: str, app: str,
-                              **spec: Any) -> list[tuple[Any, Any]]:
-    """Three replicas of a Deployment whose pods state ``spec``, once all are Running: each with its copy."""
+                              replicas: int = 3, **spec: Any) -> list[tuple[Any, Any]]:
+    """The replicas of a Deployment whose pods state ``spec``, once all are Running: each with its copy."""
     template = tenant_pod("unused", automountServiceAccountToken=False, **spec)
     template["metadata"] = {"labels": {"app": app}}
     await client.AppsV1Api(tenant_api).create_namespaced_deployment(ns, {
         "metadata": {"name": app},
-        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": app}}, "template": template}})
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": app}}, "template": template}})
     core = client.CoreV1Api(tenant_api)
 
     async def running() -> list[Any] | None:
         pods = (await core.list_namespaced_pod(ns, label_selector=f"app={app}")).items
-        return pods if len(pods) == 3 and all(p.status.phase == "Running" for p in pods) else None
+        return pods if len(pods) == replicas and all(p.status.phase == "Running" for p in pods) else None
 
-    pods = await eventually(running, timeout=90, what="three replicas Running")
+    pods = await eventually(running, timeout=90, what=f"{replicas} replicas Running")
     return [(p, await compute_pod_of(compute_api, "tenant-1", p.metadata.uid)) for p in pods]
 
 
@@ -1366,33 +1368,47 @@ async def test_a_deployment_of_the_tenants_scheduler_that_spreads_over_nodes_run
     assert len(await _bound_by_the_vnode(tenant_api, tenant_ns)) == 2
 
 
-async def test_a_cordoned_virtual_node_takes_no_new_pod_of_the_schedulers_it_serves_until_uncordoned(
-        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
-    """``kubectl cordon`` on the virtual node: a pod for a scheduler the vnode serves (as a gang's pods are) is not
-    bound while it is cordoned, as kube-scheduler would not bind one, and is told why; a pod already running
-    stays; once uncordoned the waiting pod runs."""
+async def test_kubectl_drain_of_the_virtual_node_moves_a_deployment_off_and_its_new_pods_wait_for_uncordon(
+        planes: ControlPlanes, tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """``kubectl drain`` on the virtual node, as a tenant admin takes the bridge out of service: it cordons the
+    Node and evicts the Deployment's pods (for a scheduler the vnode serves, as gangs' pods are), whose copies
+    leave the compute cluster; the replicas the Deployment makes again are not bound while it is cordoned, as
+    kube-scheduler would bind none, and are told why (also by why-pending); a pod drain did not select keeps
+    running; once uncordoned the new replicas run."""
     core = client.CoreV1Api(tenant_api)
     node = "ferry-tenant-1"
-    await running_pair(core, compute_api, tenant_ns, "before")
-    await core.patch_node(node, {"spec": {"unschedulable": True}})
+    app = f"drain-{tenant_ns}"
+    await running_pair(core, compute_api, tenant_ns, "bystander")
+    first = await _deployment_running(tenant_api, compute_api, tenant_ns, app, replicas=2, schedulerName="kube-ferry")
     try:
-        await core.create_namespaced_pod(tenant_ns, tenant_pod("during", automountServiceAccountToken=False,
-                                                               schedulerName="kube-ferry"))
+        kubectl(planes.bin.path("kubectl"), planes.kubeconfig("tenant-1"), "drain", node, "--pod-selector",
+                f"app={app}", "--timeout=90s", timeout=120)
+        for p, _ in first:  # evicted, and their copies gone from the compute cluster
+            assert await compute_pod_of(compute_api, "tenant-1", p.metadata.uid) is None
+        gone = {p.metadata.name for p, _ in first}
 
-        async def told() -> str | None:
-            evs = (await core.list_namespaced_event(
-                tenant_ns, field_selector="involvedObject.name=during,reason=VirtualNodeUnschedulable")).items
-            return evs[0].message if evs else None
+        async def told() -> list[Any] | None:
+            pods = [p for p in (await core.list_namespaced_pod(tenant_ns, label_selector=f"app={app}")).items
+                    if p.metadata.name not in gone]
+            evs = (await core.list_namespaced_event(tenant_ns, field_selector="reason=VirtualNodeUnschedulable")).items
+            return pods if len(pods) == 2 and {e.involved_object.name for e in evs} == {
+                p.metadata.name for p in pods} else None
 
-        said = await eventually(told, timeout=30, what="the waiting pod told why")
-        assert said.startswith(f"the virtual node {node} takes no new pods now: it is cordoned"), said
-        waiting = await core.read_namespaced_pod("during", tenant_ns)
-        assert not waiting.spec.node_name and waiting.status.phase == "Pending"
-        assert (await core.read_namespaced_pod("before", tenant_ns)).status.phase == "Running"
+        again = await eventually(told, timeout=30, what="the Deployment's new pods told why they wait")
+        assert all(not p.spec.node_name and p.status.phase == "Pending" for p in again)
+        verdict = await explain(Rest(tenant_api), tenant_ns, again[0].metadata.name)  # `kubectl ferry why-pending`
+        assert verdict.reason == "VirtualNodeUnschedulable", verdict
+        assert verdict.message.startswith(f"the virtual node {node} takes no new pods now: it is cordoned"), verdict
+        assert verdict.hint.startswith("an admin has cordoned or tainted the virtual node"), verdict
+        assert (await core.read_namespaced_pod("bystander", tenant_ns)).status.phase == "Running"
     finally:
         await core.patch_node(node, {"spec": {"unschedulable": False}})
-    await eventually(lambda: _with_phase(core, tenant_ns, "during", "Running"), timeout=60,
-                     what="the pod Running once the node is uncordoned")
+
+    async def running_again() -> bool:
+        pods = (await core.list_namespaced_pod(tenant_ns, label_selector=f"app={app}")).items
+        return len(pods) == 2 and all(p.status.phase == "Running" for p in pods)
+
+    await eventually(running_again, timeout=60, what="the new replicas Running once the node is uncordoned")
 
 
 async def test_a_deployment_whose_replicas_spread_over_racks_runs_one_per_rack(
