@@ -53,6 +53,7 @@ class Binder:
         self.volcano_queue_made = "volcano" not in self.served  # nothing to make unless it plays Volcano's
         self._queue_refused = False
         self._refused: dict[str, str] = {}  # pod UID -> why its virtual node refuses it, as told
+        self._node_specs: dict[str, tuple[bool, str]] = {}  # virtual node -> (cordoned, its taints) as last seen
 
     async def kueue_runs(self, fresh: bool = False) -> bool:
         """Whether the tenant cluster serves Kueue's API. Kueue may be installed after the vnode started, and
@@ -179,8 +180,13 @@ class Binder:
         return False
 
     def node_changed(self, kind: str, node: Obj) -> None:
-        """A virtual node's Node changed (an admin cordoned or uncordoned it, tainted it): look again at every pod
-        the binder may bind."""
+        """A virtual node's Node changed: if an admin cordoned or uncordoned it, or changed its taints, look again
+        at every pod the binder may bind (not at each status write of a heartbeat)."""
+        spec = node.get("spec", {})
+        seen = (bool(spec.get("unschedulable")), repr(spec.get("taints") or []))
+        if self._node_specs.get(node["metadata"]["name"]) == seen:
+            return
+        self._node_specs[node["metadata"]["name"]] = seen
         for key, pod in self.caches.tenant_unbound.store.items():
             if self.wants(pod):
                 self.queue.add(f"pod/{key}")
