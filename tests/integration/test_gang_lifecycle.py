@@ -168,9 +168,15 @@ async def test_a_preempted_batch_job_is_made_again_by_the_job_controller_and_com
             left = {p.metadata.uid for p in (await tcore.list_namespaced_pod(tenant_ns)).items
                     if p.metadata.deletion_timestamp is None}
             assert not left & {p.metadata.uid for p in first}
-            on_job = (await tcore.list_namespaced_event(
-                tenant_ns, field_selector="involvedObject.kind=Job,involvedObject.name=train,reason=Preempted")).items
-            assert on_job and "makes it again" in on_job[0].message, on_job  # `kubectl describe job` says why
+
+            async def on_job() -> list[Any] | None:  # `kubectl describe job` says why; written after the hand-back
+                told = (await tcore.list_namespaced_event(
+                    tenant_ns, field_selector="involvedObject.kind=Job,involvedObject.name=train,reason=Preempted")
+                        ).items
+                return told or None
+
+            said = await eventually(on_job, timeout=30, what="the Preempted Event on the Job")
+            assert "makes it again" in said[0].message, said
             new_uids = {p.metadata.uid for p in new}
             copies = [c for c in await compute_copies(compute_api, tenant_ns)
                       if c.metadata.labels.get(naming.UPSTREAM_UID_LABEL) in new_uids]

@@ -213,9 +213,13 @@ async def test_a_held_node_runs_a_job_on_loan_and_recalls_it_when_the_holder_cou
             for name in ("occupant-0", "small-0"):
                 await core.delete_namespaced_pod(name, compute_ns, grace_period_seconds=0)
             await eventually(lambda: _notice(core, compute_ns, "loan-0"), timeout=30, what="the loan's notice")
-            events = (await core.list_namespaced_event(compute_ns, field_selector="involvedObject.name=loan-0")).items
-            assert any("on loan on node(s) held for" in (e.message or "") for e in events), \
-                [(e.reason, e.message) for e in events]
+
+            async def told_to_leave() -> bool:  # written beside the notice, not after it
+                events = await core.list_namespaced_event(compute_ns, field_selector="involvedObject.name=loan-0")
+                return any(e.reason == "Preempting" and "on loan on node(s) held for" in (e.message or "")
+                           for e in events.items)
+
+            await eventually(told_to_leave, timeout=30, what="the loan's Preempting Event")
             await eventually(lambda: _running(core, compute_ns, "big", 1), timeout=40, what="the holder running")
             assert not await _running(core, compute_ns, "loan", 1)  # evicted: the holder has the whole node
     finally:
@@ -405,9 +409,12 @@ async def test_drain_holds_moves_a_movable_job_off_the_node_held_for_a_passed_ov
             await job("small", 1, on_s=True)  # passes big
             await eventually(lambda: _running(core, compute_ns, "small", 1), timeout=30, what="small running")
             await eventually(lambda: _notice(core, compute_ns, "mover-0"), timeout=30, what="the mover's notice")
-            events = (await core.list_namespaced_event(compute_ns, field_selector="involvedObject.name=mover-0")).items
-            assert any("draining the nodes held for" in (e.message or "") for e in events), \
-                [(e.reason, e.message) for e in events]
+
+            async def told_to_move() -> bool:  # written beside the notice, not after it
+                events = await core.list_namespaced_event(compute_ns, field_selector="involvedObject.name=mover-0")
+                return any("draining the nodes held for" in (e.message or "") for e in events.items)
+
+            await eventually(told_to_move, timeout=30, what="the mover's Preempting Event")
             for staying in ("stay-0", "small-0"):
                 assert not await _notice(core, compute_ns, staying)
             assert await eventually(lambda: node_of("big-0"), timeout=40, what="big running") == spare

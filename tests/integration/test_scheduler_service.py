@@ -66,8 +66,12 @@ async def test_gang_waits_whole_then_binds_in_one_cycle(
 
     message = await eventually(pending_reason, timeout=30, what="PodGroup Unschedulable condition")
     assert "gang of 8 replica(s) needs 8 GPUs all at once" in message
-    events = (await core.list_namespaced_event(compute_ns, field_selector="involvedObject.name=train-0")).items
-    assert any(e.reason == "FailedScheduling" and "needs 8 GPUs" in e.message for e in events)
+
+    async def told() -> bool:  # written beside the condition, not after it
+        events = await core.list_namespaced_event(compute_ns, field_selector="involvedObject.name=train-0")
+        return any(e.reason == "FailedScheduling" and "needs 8 GPUs" in e.message for e in events.items)
+
+    await eventually(told, timeout=30, what="FailedScheduling Event on a gang member")
     pods = (await core.list_namespaced_pod(compute_ns, label_selector="kubeferry.io/pod-group=train")).items
     assert not any(p.spec.node_name for p in pods)  # nothing partially bound
 
@@ -276,8 +280,12 @@ async def test_guaranteed_gang_preempts_elastic_job_after_its_grace(
         left = (await core.list_namespaced_pod(compute_ns, label_selector="kubeferry.io/pod-group=el")).items
         assert all(p.metadata.deletion_timestamp or not p.spec.node_name for p in left), \
             [(p.metadata.name, p.spec.node_name, p.metadata.deletion_timestamp) for p in left]
-        events = (await core.list_namespaced_event(compute_ns, field_selector="involvedObject.name=el-0")).items
-        assert {"Preempting", "Preempted"} <= {e.reason for e in events}
+
+        async def told_both() -> bool:  # Preempted is written once the evictions were accepted
+            events = await core.list_namespaced_event(compute_ns, field_selector="involvedObject.name=el-0")
+            return {"Preempting", "Preempted"} <= {e.reason for e in events.items}
+
+        await eventually(told_both, timeout=30, what="Preempting and Preempted Events on the victim")
 
         async def kept() -> dict[str, Any] | None:  # for its next run, under this scheduler or a restarted one
             status = (await custom.get_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", "el")
