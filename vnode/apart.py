@@ -1,14 +1,17 @@
-"""Pods the tenant's scheduler keeps off a virtual node only by a rule per node.
+"""Pods the tenant's scheduler keeps off a virtual node only by a rule per node or per topology domain.
 
 A virtual node stands for many compute nodes, but the tenant's kube-scheduler sees one Node with one
 hostname: of a Deployment whose replicas keep apart per node (a required pod anti-affinity over
 ``kubernetes.io/hostname``) one replica goes there and the rest stay Pending; of one that spreads over nodes
 (a topology spread constraint over the hostname that may not be broken) only ``maxSkew`` go there while the
-tenant has other nodes. The copies carry the same rules into the compute cluster, whose scheduler applies
-them over compute nodes (their meaning), so the vnode binds such a pod itself. It does so only where the
-tenant's scheduler can have had no other reason: the pod tolerates the Node's taints, its node selection
-admits the Node, it asks for no pod affinity, and every rule that may keep it off is over the hostname (one
-over a label the virtual node shares with all its compute nodes, a zone, holds there too)."""
+tenant has other nodes. The same holds for the racks or zones the virtual node stands for many of, which it
+carries with its own name for value (vnode/node.py ``domains``): of JobSet's exclusive placement (one Job per
+rack) one Job's pods go there and the others' wait. The copies carry the same rules into the compute
+cluster, whose scheduler applies them over compute nodes and their domains (their meaning), so the vnode
+binds such a pod itself. It does so only where the tenant's scheduler can have had no other reason: the pod
+tolerates the Node's taints, its node selection admits the Node, its pod affinity (if any) is over those
+keys only, and every rule that may keep it off is over them (one over a label the virtual node shares with
+all its compute nodes, a zone of one value, holds there too)."""
 
 from __future__ import annotations
 
@@ -80,25 +83,43 @@ def skews(pod: Obj, bound: list[Obj], labels: dict[str, str]) -> list[str]:
     return out
 
 
-def kept_off_by_hostname(pod: Obj, bound: list[Obj]) -> bool:
-    """Whether a rule over the hostname keeps ``pod`` off a node holding pods ``bound`` (other rules aside): the
-    check before reading the Node."""
-    return (any(key == HOSTNAME and sure for key, sure in conflicts(pod, bound))
-            or HOSTNAME in skews(pod, bound, {HOSTNAME: ""}))
+def own_domains(node: Obj) -> set[str]:
+    """The keys of a virtual node's labels whose value is its own name: its hostname, and the topology domains
+    it stands for many of (vnode/node.py ``domains``). A rule over one of them is a rule per compute node or
+    per compute domain once its pod's copy is in the compute cluster."""
+    meta = node.get("metadata", {})
+    return {HOSTNAME} | {k for k, v in (meta.get("labels") or {}).items() if v == meta.get("name")}
 
 
-def fits_but_for_hostname(pod: Obj, node: Obj, bound: list[Obj]) -> bool:
+def kept_off_by_own_domains(pod: Obj, bound: list[Obj], keys: set[str]) -> bool:
+    """Whether a rule over one of ``keys`` (a virtual node's :func:`own_domains`) keeps ``pod`` off that node
+    holding pods ``bound`` (other rules aside): the check before the whole one."""
+    return (any(key in keys and sure for key, sure in conflicts(pod, bound))
+            or bool(keys & set(skews(pod, bound, dict.fromkeys(keys, "")))))
+
+
+def fits_but_for_own_domains(pod: Obj, node: Obj, bound: list[Obj]) -> bool:
     """Whether the tenant's scheduler keeps ``pod`` off ``node`` (a virtual node's Node) only by required pod
-    anti-affinity or a topology spread constraint over the node's hostname, with pods ``bound`` there."""
-    labels = node.get("metadata", {}).get("labels") or {}
-    if refusal(pod, node) is not None or required_terms(pod, "podAffinity"):
+    anti-affinity or a topology spread constraint over the node's hostname or another of its
+    :func:`own_domains`, with pods ``bound`` there."""
+    labels, own = node.get("metadata", {}).get("labels") or {}, own_domains(node)
+    if refusal(pod, node) is not None or not _near_met_by_copies(pod, bound, own):
         return False
     if not admits(pod, labels, selected_keys(pod)) or _names_nodes(pod):
         return False
     # an anti-affinity over a key the node lacks keeps nothing off it; a spread over one does
     found = [(key, sure) for key, sure in conflicts(pod, bound) if key in labels]
     found += [(key, True) for key in skews(pod, bound, labels)]
-    return any(key == HOSTNAME and sure for key, sure in found) and all(key == HOSTNAME for key, _ in found)
+    return any(key in own and sure for key, sure in found) and all(key in own for key, _ in found)
+
+
+def _near_met_by_copies(pod: Obj, bound: list[Obj], own: set[str]) -> bool:
+    """Whether each required pod affinity term of ``pod`` is over one of the node's ``own`` domains and selects
+    the pod itself (the first of a group, as a JobSet leader) or a pod bound there: then the compute scheduler
+    meets it near their copies. A term with pods elsewhere is the tenant scheduler's to weigh."""
+    ns = pod["metadata"].get("namespace", "")
+    return all(t.get("topologyKey") in own and any(_selects(t, ns, p) for p in (pod, *bound))
+               for t in required_terms(pod, "podAffinity"))
 
 
 def _names_nodes(pod: Obj) -> bool:

@@ -80,11 +80,13 @@ class Vnode:
                              kueue_present=KUEUE_WORKLOADS in tenant_crds, recorder=self.recorder)
         # the vnode's own virtual node, then one per GPU pool (each its own capacity, labels and kubelet API)
         self.nodes = [VirtualNode(node, cfg.tenant, cfg.node_ip, port, tenant, self.caches, self.recorder, cfg.max_pods,
-                                  cfg.heartbeat_s, cfg.unreachable_after_s, cfg.advertised_labels, self.b.pool_of(node))
+                                  cfg.heartbeat_s, cfg.unreachable_after_s, cfg.advertised_labels, self.b.pool_of(node),
+                                  cfg.domain_labels)
                       for node, port in cfg.kubelets.items()]
         self.node = self.nodes[0]
         self.hints = SelectionHints(self.recorder, self.caches, lambda: [n.labels() for n in self.nodes],
-                                    cfg.advertised_labels + tuple(k for _, sel in cfg.gpu_pools for k, _ in sel))
+                                    cfg.advertised_labels + cfg.domain_labels
+                                    + tuple(k for _, sel in cfg.gpu_pools for k, _ in sel))
         self.events = WorkQueue("events", max_delay=5.0)
         self.groups = WorkQueue("groups", max_delay=5.0)
         self.backlog = Backlog()  # compute events waiting to be mirrored

@@ -19,7 +19,7 @@ from ferry.kube.rest import Rest, path, status_of
 from ferry.kube.workqueue import WorkQueue
 from ferry.whypending import NODE_REFUSES
 from vnode import metrics
-from vnode.apart import fits_but_for_hostname, kept_off_by_hostname
+from vnode.apart import fits_but_for_own_domains, kept_off_by_own_domains, own_domains
 from vnode.caches import Caches
 from vnode.events import Recorder
 from vnode.gangs import Gangs
@@ -192,17 +192,17 @@ class Binder:
                 self.queue.add(f"pod/{key}")
 
     async def _kept_apart(self, pod: Obj) -> str | None:
-        """The virtual node the tenant's scheduler keeps ``pod`` off only by a rule per node, else None."""
+        """The virtual node the tenant's scheduler keeps ``pod`` off only by a rule per node or per domain of
+        its own (:mod:`vnode.apart`), else None."""
         node = node_for(pod, self.b)
         if not self.caches.tenant_pods.synced():
             return None
         bound = [p for p in self.caches.tenant_pods.by_node[node].store.values()
                  if not p["metadata"].get("deletionTimestamp")
                  and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
-        if not kept_off_by_hostname(pod, bound):
-            return None  # nothing bound there its rules per node count: it waits for another reason
         node_obj = self.caches.tenant_nodes.store.get(node)
-        if node_obj is None or not fits_but_for_hostname(pod, node_obj, bound):
+        if (node_obj is None or not kept_off_by_own_domains(pod, bound, own_domains(node_obj))  # the cheap check
+                or not fits_but_for_own_domains(pod, node_obj, bound)):
             return None
         return node
 
@@ -230,10 +230,11 @@ class Binder:
                      pod=rest, node=node)
             await self.recorder.emit(
                 bound, "Normal", KEPT_APART,
-                f"the tenant's scheduler keeps this pod off {node} only by a rule per node (a required pod "
-                f"anti-affinity or a topology spread constraint over kubernetes.io/hostname); {node} stands for "
-                "many nodes of the shared cluster, whose scheduler applies the rule over those nodes, so the "
-                "virtual node bound it")
+                f"the tenant's scheduler keeps this pod off {node} only by a rule per node or per topology "
+                f"domain (a required pod anti-affinity or a topology spread constraint over kubernetes.io/hostname, "
+                f"or over a rack or zone key {node} carries its own name for); {node} stands for many nodes and "
+                "domains of the shared cluster, whose scheduler applies the rule over those, so the virtual node "
+                "bound it")
 
 
 def _gates(pod: Obj) -> set[str]:

@@ -8,7 +8,7 @@ import contextlib
 import sys
 from pathlib import Path
 
-from vnode.config import DEFAULT_ADVERTISED, DEFAULT_SERVED
+from vnode.config import DEFAULT_ADVERTISED, DEFAULT_DOMAINS, DEFAULT_SERVED
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -25,6 +25,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--advertise-labels", default=",".join(DEFAULT_ADVERTISED),
                    help="node label keys (or prefixes ending in . or /) the virtual node carries when every GPU "
                         "node of the compute cluster has the same value; empty: none")
+    p.add_argument("--domain-labels", default=",".join(DEFAULT_DOMAINS),
+                   help="topology label keys (or prefixes ending in . or /) that the GPU nodes of the compute cluster "
+                        "carry with several values (racks, zones): the virtual node carries each with its own name "
+                        "for value, so a rule per domain (JobSet's exclusive placement, pod affinity) is met there and "
+                        "over the compute nodes' domains by the compute cluster's scheduler; empty: none")
     p.add_argument("--gpu-pool", action="append", default=[], metavar="NAME=KEY=VALUE[,KEY=VALUE]",
                    help="a virtual node <node>-NAME for the compute GPU nodes with these labels (e.g. one GPU "
                         "product): its capacity and labels are the pool's, the pods it is given run there; its "
@@ -142,7 +147,8 @@ def run(args: argparse.Namespace) -> int:
             tenant=args.tenant, tenant_kubeconfig=args.tenant_kubeconfig, compute_kubeconfig=args.compute_kubeconfig,
             node_name=args.node_name, compute_namespace=args.compute_namespace, queue=args.queue,
             served_schedulers=tuple(s for s in args.served_schedulers.split(",") if s),
-            advertised_labels=tuple(s for s in args.advertise_labels.split(",") if s), gpu_pools=pools,
+            advertised_labels=tuple(s for s in args.advertise_labels.split(",") if s),
+            domain_labels=tuple(s for s in args.domain_labels.split(",") if s), gpu_pools=pools,
             pod_security=args.pod_security, max_priority=args.max_priority, node_ip=args.node_ip,
             kubelet_port=args.kubelet_port, serving_cert=args.serving_cert, serving_key=args.serving_key,
             client_ca=args.client_ca, metrics_address=args.metrics_address, metrics_port=args.metrics_port,

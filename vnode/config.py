@@ -15,8 +15,11 @@ DEFAULT_SERVED = ("kube-ferry", "volcano", "scheduler-plugins", "scheduler-plugi
 # or a prefix ending in "." or "/"): GPU feature discovery's, Kube-Ferry's GPU model, the region and zone
 DEFAULT_ADVERTISED = ("nvidia.com/gpu.", "nvidia.com/cuda.", "nvidia.com/mig.", "kubeferry.io/gpu-model",
                       "topology.kubernetes.io/")
+# topology domains (keys or prefixes) a virtual node stands for many of: it carries each such key with a value of
+# its own, as it carries a hostname of its own (vnode/node.py ``domains``)
+DEFAULT_DOMAINS = ("topology.kubernetes.io/", "kubeferry.io/topology-domain")
 _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 _POOL_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,20}[a-z0-9])?$")
 
 
@@ -28,7 +31,7 @@ def parse_pool(text: str) -> tuple[str, Selector]:
     pairs: list[tuple[str, str]] = []
     for item in rest.split(","):
         key, sep, value = item.partition("=")
-        if not sep or not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(value):
+        if not sep or not _LABEL_KEY.match(key) or not LABEL_VALUE.match(value):
             raise ValueError(f"{text!r}: {item!r} is not a node label KEY=VALUE")
         pairs.append((key, value))
     return name, tuple(sorted(pairs))
@@ -43,6 +46,7 @@ class VnodeConfig(BaseModel):
     queue: str = ""  # default: the tenant's name
     served_schedulers: tuple[str, ...] = DEFAULT_SERVED
     advertised_labels: tuple[str, ...] = DEFAULT_ADVERTISED
+    domain_labels: tuple[str, ...] = DEFAULT_DOMAINS
     # GPU pools (``--gpu-pool``): name -> the compute node labels that make it. Each is a virtual node of its
     # own, <node>-<name>, whose capacity and labels are its pool's and whose pods run only there
     gpu_pools: tuple[tuple[str, Selector], ...] = ()

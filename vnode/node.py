@@ -22,6 +22,7 @@ from ferry.kube import quantity
 from ferry.kube.rest import Rest, path, status_of
 from ferry.kube.timestamps import now
 from vnode.caches import Caches
+from vnode.config import LABEL_VALUE
 from vnode.events import Recorder
 from vnode.translate import node_labels
 
@@ -72,6 +73,27 @@ def advertised(nodes: list[Obj], keys: tuple[str, ...]) -> dict[str, str]:
             if all((n.get("metadata", {}).get("labels") or {}).get(k) == v for n in gpu_nodes[1:])}
 
 
+def domains(nodes: list[Obj], keys: tuple[str, ...], node: str) -> dict[str, str]:
+    """The topology keys among ``keys`` that every Ready, schedulable GPU node carries with more than one value
+    (racks, zones), each with ``node`` (the virtual node's name) for value. The virtual node stands for many
+    such domains and is one of its own to the tenant's scheduler, as it has a hostname of its own: a rule per
+    domain is met there (JobSet's exclusive placement reads its leader's node's domain; a pod anti-affinity
+    over racks keeps the tenant's replicas apart there, and the vnode binds the rest, :mod:`vnode.apart`) and
+    over the compute nodes' domains by the compute cluster's scheduler, since the copies keep the rules (a
+    selector of this value means the virtual node: the copies drop it). None when ``node`` is no label value."""
+    gpu_nodes = schedulable_gpu_nodes(nodes)
+    if not gpu_nodes or not keys or not LABEL_VALUE.match(node):
+        return {}
+    values: dict[str, set[str]] = {}
+    for n in gpu_nodes:
+        labels = n.get("metadata", {}).get("labels") or {}
+        for k, v in labels.items():
+            if among(k, keys):
+                values.setdefault(k, set()).add(v)
+    return {k: node for k, vs in values.items()
+            if len(vs) > 1 and all(k in (n.get("metadata", {}).get("labels") or {}) for n in gpu_nodes)}
+
+
 def among(key: str, keys: tuple[str, ...]) -> bool:
     """Whether a label key is one of ``keys`` (a key, or a prefix ending in "." or "/")."""
     return any(key == k or (k.endswith((".", "/")) and key.startswith(k)) for k in keys)
@@ -120,7 +142,8 @@ def forbidden(why: str) -> bool:
 class VirtualNode:
     def __init__(self, name: str, tenant_label: str, ip: str, port: int, tenant: Rest, caches: Caches,
                  recorder: Recorder, max_pods: int, heartbeat_s: float, unreachable_after_s: float = 10.0,
-                 advertise: tuple[str, ...] = (), pool: dict[str, str] | None = None) -> None:
+                 advertise: tuple[str, ...] = (), pool: dict[str, str] | None = None,
+                 domain_keys: tuple[str, ...] = ()) -> None:
         self.name = name
         self.pool = pool or {}  # a GPU pool's node labels: its capacity and labels are that pool's
         self.tenant_label = tenant_label
@@ -138,6 +161,7 @@ class VirtualNode:
         self.compute_outage = Outage(unreachable_after_s)
         self.tenant_outage = Outage(unreachable_after_s)
         self.advertise = advertise
+        self.domain_keys = domain_keys
         self._advertised: dict[str, str] | None = None  # as last written (None: not yet this run)
 
     def _object(self) -> Obj:
@@ -229,7 +253,9 @@ class VirtualNode:
         if not self.caches.compute_nodes.synced.is_set():
             return
         # a pool's own labels stay while it has no node: its pods select it by them
-        want = advertised(self.compute_nodes(), self.advertise) | self.pool
+        nodes = self.compute_nodes()
+        want = (advertised(nodes, self.advertise + self.domain_keys) | domains(nodes, self.domain_keys, self.name)
+                | self.pool)
         if want == self._advertised:
             return
         url = path("", "v1", "nodes", None, self.name)

@@ -30,6 +30,11 @@ NODE_SELECTOR_DROPPED = re.compile(r"^(kubernetes\.io/(hostname|role|os|arch)|ty
                                    r"|node-role\.kubernetes\.io/.*)$")
 FORWARDING_GATE = PREFIX + "forwarding"
 KUEUE_GATES = {"kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology"}
+# JobSet's exclusive placement (one Job per topology domain): its webhook gives a Job's first pod (the leader) a
+# pod affinity with its Job's pods and an anti-affinity with other Jobs' over the annotated key, and each other
+# pod (a follower) a nodeSelector of the leader's node's value of that key
+JOBSET_EXCLUSIVE = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+JOBSET_JOB_KEY = "jobset.sigs.k8s.io/job-key"
 ROLE_KEYS = ("volcano.sh/task-spec", "training.kubeflow.org/replica-type", "training.kubeflow.org/job-role",
              "jobset.sigs.k8s.io/replicatedjob-name", PREFIX + "task")
 
@@ -142,6 +147,23 @@ def node_for(pod: Obj, b: Bridge) -> str:
         if admits(pod, pool, set(pool)) and not admits(pod, {}, set(pool)):
             return node
     return b.node
+
+
+def _with_its_leader(meta: Obj, spec: Obj, node: str) -> None:
+    """A JobSet follower on a virtual node selects its leader's domain by the virtual node's own value of the
+    key (vnode/node.py ``domains``), which its copy drops; the copy gets what that value stood for: a required
+    pod affinity with its Job's pods over the key, which the compute scheduler meets in the domain where the
+    leader's copy runs."""
+    key = (meta.get("annotations") or {}).get(JOBSET_EXCLUSIVE)
+    job = (meta.get("labels") or {}).get(JOBSET_JOB_KEY)
+    if not key or not job or (spec.get("nodeSelector") or {}).get(key) != node:
+        return
+    term = {"labelSelector": {"matchExpressions": [{"key": JOBSET_JOB_KEY, "operator": "In", "values": [job]}]},
+            "topologyKey": key}
+    affinity = spec["affinity"] = spec.get("affinity") or {}
+    near = affinity["podAffinity"] = affinity.get("podAffinity") or {}
+    near["requiredDuringSchedulingIgnoredDuringExecution"] = [
+        *(near.get("requiredDuringSchedulingIgnoredDuringExecution") or []), term]
 
 
 def _in_compute_namespace(term: Obj, ns: str) -> None:
@@ -399,9 +421,10 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
     # What a kubelet would give it: its own name, as a DNS label (spec.hostname allows no dots).
     spec["hostname"] = spec.get("hostname") or name.split(".")[0][:63].rstrip("-") or "pod"
     mine = node_labels(node, b.tenant)
-    if selector := spec.get("nodeSelector"):
+    _with_its_leader(meta, spec, node)
+    if selector := spec.get("nodeSelector"):  # a value that is the virtual node's name is its domain of its own
         spec["nodeSelector"] = {k: v for k, v in selector.items()
-                                if not NODE_SELECTOR_DROPPED.match(k) and mine.get(k) != v}
+                                if not NODE_SELECTOR_DROPPED.match(k) and mine.get(k) != v and v != node}
     if pool := b.pool_of(node):  # a GPU pool's virtual node: its pods run on the pool's compute nodes
         spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **pool}
     if (aff := spec.get("affinity")) is not None:

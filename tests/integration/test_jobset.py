@@ -21,6 +21,7 @@ from ferry.binaries import Binaries
 from ferry.binaries.clients import JOBSET, ensure_operator
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
+from ferry.keys import DOMAIN_LABEL
 from tests.helpers import compute_copies, controller_with_webhooks, eventually, install_crd, resolve, url_webhook
 from vnode.dnsserver import PeerDNS
 from vnode.naming import UPSTREAM_NAME_ANNOTATION
@@ -105,6 +106,55 @@ async def test_a_jobsets_pods_find_each_other_by_its_names_and_it_completes(
                    for c in (js.get("status") or {}).get("conditions") or [])
 
     await eventually(completed, timeout=120, what="the JobSet's condition Completed")
+
+
+@pytest.mark.usefixtures("jobset_controller")
+async def test_a_jobsets_exclusive_placement_gives_each_job_a_rack_of_its_own_in_the_compute_cluster(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """JobSet's exclusive placement (one Job per rack) of the tenant's own kube-scheduler: JobSet's webhook gives
+    each Job's leader a pod affinity with its Job and an anti-affinity with other Jobs over the rack key, and
+    its followers a nodeSelector of the leader's node's rack. The virtual node carries the key with its own
+    name (it stands for several racks): the first Job's leader goes there, the vnode binds the second's (kept
+    off only by a rule per rack) and the followers the other Job's leader keeps off; the copies keep the rules
+    (a follower's selector becomes an affinity with its Job), so each Job runs in a rack of its own."""
+    vnode_rack = await eventually(lambda: _rack_of_the_virtual_node(tenant_api), timeout=30,
+                                  what="the virtual node carrying the rack key")
+    assert vnode_rack == "ferry-tenant-1"  # a domain of its own, as its hostname
+    body = jobset("excl", pods=2, duration="60s")
+    body["metadata"]["annotations"] = {"alpha.jobset.sigs.k8s.io/exclusive-topology": DOMAIN_LABEL}
+    body["spec"]["replicatedJobs"][0]["replicas"] = 2
+    await client.CustomObjectsApi(tenant_api).create_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", tenant_ns, "jobsets", body)
+    core = client.CoreV1Api(compute_api)
+
+    async def racks() -> dict[str, set[str]] | None:
+        pods = [p for p in await compute_copies(compute_api, tenant_ns) if p.status.phase == "Running"]
+        if len(pods) < 4:
+            return None
+        by_job: dict[str, set[str]] = {}
+        for p in pods:
+            node = await core.read_node(p.spec.node_name)
+            by_job.setdefault(p.metadata.labels["jobset.sigs.k8s.io/job-index"], set()).add(
+                node.metadata.labels[DOMAIN_LABEL])
+        return by_job
+
+    by_job = await eventually(racks, timeout=120, what="the JobSet's 4 pods Running in the compute cluster")
+    assert sorted(by_job) == ["0", "1"] and all(len(r) == 1 for r in by_job.values()), by_job  # a Job, a rack
+    assert by_job["0"] != by_job["1"], by_job  # and no rack holds two Jobs
+    for copy in await compute_copies(compute_api, tenant_ns):  # a follower is near its Job, whatever the binpack
+        if copy.metadata.annotations.get("batch.kubernetes.io/job-completion-index") != "0":
+            job_key = copy.metadata.labels["jobset.sigs.k8s.io/job-key"]
+            assert DOMAIN_LABEL not in (copy.spec.node_selector or {}), copy.spec.node_selector
+            (near,) = copy.spec.affinity.pod_affinity.required_during_scheduling_ignored_during_execution
+            assert near.topology_key == DOMAIN_LABEL and near.label_selector.match_expressions[0].values == [job_key]
+    told = (await client.CoreV1Api(tenant_api).list_namespaced_event(
+        tenant_ns, field_selector="reason=BoundByVirtualNode")).items
+    assert told, "the vnode bound the pods the other Job's rule kept off the virtual node"
+
+
+async def _rack_of_the_virtual_node(tenant_api: client.ApiClient) -> str | None:
+    node = await client.CoreV1Api(tenant_api).read_node("ferry-tenant-1")
+    return (node.metadata.labels or {}).get(DOMAIN_LABEL)
 
 
 async def _resolves(dns: PeerDNS, pod: Any, name: str, want: list[str]) -> bool:

@@ -1,6 +1,7 @@
-"""Which pods the tenant's scheduler keeps off a virtual node only by a rule per node: required pod
-anti-affinity or a topology spread constraint over the hostname (vnode/apart.py; the real planes in
-tests/integration/test_vnode.py)."""
+"""Which pods the tenant's scheduler keeps off a virtual node only by a rule per node or per domain of its
+own: required pod anti-affinity or a topology spread constraint over the hostname, or over a rack key the
+virtual node carries its own name for (vnode/apart.py; the real planes in tests/integration/test_vnode.py and
+test_jobset.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from vnode.apart import conflicts, fits_but_for_hostname, kept_off_by_hostname
+from vnode.apart import conflicts, fits_but_for_own_domains, kept_off_by_own_domains, own_domains
 from vnode.node import TAINTS
 from vnode.selection import refusal, tolerates
 
 Obj = dict[str, Any]
-HOST, ZONE = "kubernetes.io/hostname", "topology.kubernetes.io/zone"
+HOST, ZONE, RACK = "kubernetes.io/hostname", "topology.kubernetes.io/zone", "kubeferry.io/topology-domain"
 TOLERATE = {"key": "virtual-kubelet.io/provider", "operator": "Exists", "effect": "NoSchedule"}
 
 
@@ -60,8 +61,12 @@ CASES: list[tuple[str, Obj, list[Obj], Obj, bool]] = [
      pod("web-1", anti=[term(), term(ZONE)]), BOUND, node(**{ZONE: "a"}), False),
     ("a term over a zone the virtual node does not carry kept nothing off",
      pod("web-1", anti=[term(), term(ZONE)]), BOUND, node(), True),
-    ("a pod affinity is the tenant scheduler's to weigh", pod("web-1", anti=[term()], near=[term(app="db")]),
-     BOUND, node(), False),
+    ("a pod affinity with pods there: the compute scheduler's to meet, near their copies",
+     pod("web-1", anti=[term()], near=[term(app="db")]), BOUND, node(), True),
+    ("a pod affinity with pods elsewhere is the tenant scheduler's to weigh",
+     pod("web-1", anti=[term()], near=[term(app="cache")]), BOUND, node(), False),
+    ("a pod affinity over a zone the virtual node does not carry is the tenant scheduler's",
+     pod("web-1", anti=[term()], near=[term(ZONE, app="db")]), BOUND, node(), False),
     ("a cordoned node", REPLICA, BOUND, {**node(), "spec": {"unschedulable": True, "taints": list(TAINTS)}}, False),
     ("an admin's taint it does not tolerate", REPLICA, BOUND,
      {**node(), "spec": {"taints": [*TAINTS, {"key": "maintenance", "effect": "NoSchedule"}]}}, False),
@@ -82,6 +87,16 @@ CASES: list[tuple[str, Obj, list[Obj], Obj, bool]] = [
      node(**{ZONE: "a"}), False),
     ("a spread that picks its role's pods only (matchLabelKeys)", spreading(keys=["role"]),
      [pod("web-0", role="other")], node(), False),
+    ("a term over racks, of which the virtual node is one of its own (its name for value)",
+     pod("web-1", anti=[term(RACK)]), [pod("web-0", anti=[term(RACK)])], node(**{RACK: "ferry-t"}), True),
+    ("a term over racks the virtual node carries one compute rack of: it holds there too",
+     pod("web-1", anti=[term(RACK)]), [pod("web-0", anti=[term(RACK)])], node(**{RACK: "rack-000"}), False),
+    ("a pod affinity over a rack of its own is the compute scheduler's to meet (a JobSet leader)",
+     pod("web-1", anti=[term(RACK)], near=[term(RACK, app="web")]), [pod("web-0", anti=[term(RACK)])],
+     node(**{RACK: "ferry-t"}), True),
+    ("a follower in its leader's rack, kept off by another Job's leader there",
+     pod("web-1", app="other", nodeSelector={RACK: "ferry-t"}), [pod("web-0", anti=[term(RACK, app="other")])],
+     node(**{RACK: "ferry-t"}), True),
     ("namespaces by labels the vnode does not read: not sure, so left to the tenant's scheduler",
      pod("web-1", ns="other", anti=[term(namespaceSelector={"matchLabels": {"team": "a"}})]), BOUND, node(), False),
 ]
@@ -90,16 +105,16 @@ CASES: list[tuple[str, Obj, list[Obj], Obj, bool]] = [
 @pytest.mark.parametrize(("pod_", "bound", "node_", "taken"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_a_pod_is_taken_only_when_a_rule_per_node_is_all_that_keeps_it_off(
         pod_: Obj, bound: list[Obj], node_: Obj, taken: bool) -> None:
-    assert fits_but_for_hostname(pod_, node_, bound) is taken
+    assert fits_but_for_own_domains(pod_, node_, bound) is taken
     if taken:  # what the binder checks before it reads the Node
-        assert kept_off_by_hostname(pod_, bound)
+        assert kept_off_by_own_domains(pod_, bound, own_domains(node_))
 
 
 def test_conflicts_name_each_sides_terms() -> None:
     assert conflicts(REPLICA, BOUND) == [(HOST, True), (HOST, True)]  # its own term, and web-0's selecting it
     assert conflicts(pod("solo", app="batch"), BOUND) == []
-    assert not kept_off_by_hostname(pod("solo", app="batch"), BOUND)
-    assert not kept_off_by_hostname(spreading(max_skew=2), [pod("web-0")])
+    assert not kept_off_by_own_domains(pod("solo", app="batch"), BOUND, {HOST})
+    assert not kept_off_by_own_domains(spreading(max_skew=2), [pod("web-0")], {HOST})
 
 
 def test_tolerations_follow_kubernetes_rules() -> None:

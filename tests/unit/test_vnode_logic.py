@@ -16,7 +16,7 @@ from ferry.kube.workqueue import WorkQueue
 from vnode import naming, status, streams
 from vnode.app import api_endpoint
 from vnode.gangs import VOLCANO_PHASE, InvalidGroup, depends_on, members_status, min_resources, min_task_member
-from vnode.node import Outage, advertised, capacity, forbidden
+from vnode.node import Outage, advertised, capacity, domains, forbidden
 from vnode.translate import (
     FOLLOWED_ANNOTATION,
     Bridge,
@@ -472,6 +472,42 @@ def test_the_virtual_node_carries_the_labels_every_gpu_node_shares() -> None:
     assert advertised(nodes + others, keys) == advertised(nodes, keys)
     assert advertised(others, keys) == {} and advertised(nodes, ()) == {}
     assert advertised(nodes, ("kubeferry.io/gpu",)) == {}, "a prefix ends in . or /; otherwise the key is whole"
+
+
+def test_the_virtual_node_is_a_domain_of_its_own_for_the_racks_and_zones_it_stands_for_many_of() -> None:
+    def gpu_node(**labels: str) -> dict[str, Any]:
+        return {"metadata": {"labels": labels}, "spec": {}, "status": {
+            "conditions": [{"type": "Ready", "status": "True"}], "allocatable": {"nvidia.com/gpu": "8"}}}
+
+    rack, zone = "kubeferry.io/topology-domain", "topology.kubernetes.io/zone"
+    keys = (rack, "topology.kubernetes.io/")
+    nodes = [gpu_node(**{rack: f"rack-{i // 2}", zone: "a", "kubeferry.io/gpu-model": f"m{i}"}) for i in range(4)]
+    # several racks: its own name; one zone: advertised with its value instead; a key outside ``keys``: nothing
+    assert domains(nodes, keys, "ferry-t") == {rack: "ferry-t"}
+    assert domains([*nodes, gpu_node(**{zone: "b"})], keys, "ferry-t") == {zone: "ferry-t"}, \
+        "a key some GPU node lacks is no domain every one is in"
+    assert domains(nodes, (), "ferry-t") == {} and domains([], keys, "ferry-t") == {}
+    assert domains(nodes, keys, "a." * 40) == {}, "a name that is no label value"
+
+
+def test_a_jobset_follower_in_its_leaders_domain_of_the_virtual_node_follows_its_leader_in_compute() -> None:
+    rack = "kubeferry.io/topology-domain"
+    follower = tenant_pod(nodeSelector={rack: "ferry-tenant-1", "disk": "ssd"})
+    follower["metadata"]["labels"]["jobset.sigs.k8s.io/job-key"] = "k1"
+    follower["metadata"]["annotations"]["alpha.jobset.sigs.k8s.io/exclusive-topology"] = rack
+    spec = compute_pod(follower, B)["spec"]
+    assert spec["nodeSelector"] == {"disk": "ssd"}, "the virtual node's own value means the virtual node"
+    assert spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == [
+        {"labelSelector": {"matchExpressions": [
+            {"key": "jobset.sigs.k8s.io/job-key", "operator": "In", "values": ["k1"]},
+            {"key": naming.UPSTREAM_NS_LABEL, "operator": "In", "values": ["ml"]}]},
+         "topologyKey": rack}]
+    # a leader (no such selector), or a follower whose leader is in a real rack, keeps its spec as it is
+    leader = {**follower, "spec": {**follower["spec"], "nodeSelector": {}}}
+    assert "affinity" not in compute_pod(leader, B)["spec"]
+    placed = {**follower, "spec": {**follower["spec"], "nodeSelector": {rack: "rack-3"}}}
+    assert compute_pod(placed, B)["spec"]["nodeSelector"] == {rack: "rack-3"}
+    assert "affinity" not in compute_pod(placed, B)["spec"]
 
 
 async def test_work_queue_deduplicates_and_never_runs_a_key_twice_at_once() -> None:
