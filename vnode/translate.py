@@ -30,11 +30,13 @@ NODE_SELECTOR_DROPPED = re.compile(r"^(kubernetes\.io/(hostname|role|os|arch)|ty
                                    r"|node-role\.kubernetes\.io/.*)$")
 FORWARDING_GATE = PREFIX + "forwarding"
 KUEUE_GATES = {"kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology"}
-# JobSet's exclusive placement (one Job per topology domain): its webhook gives a Job's first pod (the leader) a
-# pod affinity with its Job's pods and an anti-affinity with other Jobs' over the annotated key, and each other
-# pod (a follower) a nodeSelector of the leader's node's value of that key
-JOBSET_EXCLUSIVE = "alpha.jobset.sigs.k8s.io/exclusive-topology"
-JOBSET_JOB_KEY = "jobset.sigs.k8s.io/job-key"
+# Exclusive placement (one group per topology domain), as JobSet (a group: a Job) and LeaderWorkerSet (a leader
+# and its workers) do it: a group's leader gets a pod affinity with its group's pods and an anti-affinity with
+# other groups' over the annotated key, each other pod (a follower) a nodeSelector of the leader's node's value
+# of that key. (the annotation naming the key, the label naming the group)
+EXCLUSIVE_PLACEMENT = (("alpha.jobset.sigs.k8s.io/exclusive-topology", "jobset.sigs.k8s.io/job-key"),
+                       ("leaderworkerset.sigs.k8s.io/exclusive-topology", "leaderworkerset.sigs.k8s.io/group-key"))
+LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"  # 0: the group's leader
 ROLE_KEYS = ("volcano.sh/task-spec", "training.kubeflow.org/replica-type", "training.kubeflow.org/job-role",
              "jobset.sigs.k8s.io/replicatedjob-name", PREFIX + "task")
 
@@ -150,15 +152,17 @@ def node_for(pod: Obj, b: Bridge) -> str:
 
 
 def _with_its_leader(meta: Obj, spec: Obj, node: str) -> None:
-    """A JobSet follower on a virtual node selects its leader's domain by the virtual node's own value of the
-    key (vnode/node.py ``domains``), which its copy drops; the copy gets what that value stood for: a required
-    pod affinity with its Job's pods over the key, which the compute scheduler meets in the domain where the
-    leader's copy runs."""
-    key = (meta.get("annotations") or {}).get(JOBSET_EXCLUSIVE)
-    job = (meta.get("labels") or {}).get(JOBSET_JOB_KEY)
-    if not key or not job or (spec.get("nodeSelector") or {}).get(key) != node:
+    """A follower of an exclusive placement (``EXCLUSIVE_PLACEMENT``) on a virtual node selects its leader's
+    domain by the virtual node's own value of the key (vnode/node.py ``domains``), which its copy drops; the
+    copy gets what that value stood for: a required pod affinity with its group's pods over the key, which the
+    compute scheduler meets in the domain where the leader's copy runs."""
+    annotations, labels = meta.get("annotations") or {}, meta.get("labels") or {}
+    found = next(((key, label, group) for by, label in EXCLUSIVE_PLACEMENT
+                  if (key := annotations.get(by)) and (group := labels.get(label))), None)
+    if found is None or (spec.get("nodeSelector") or {}).get(found[0]) != node:
         return
-    term = {"labelSelector": {"matchExpressions": [{"key": JOBSET_JOB_KEY, "operator": "In", "values": [job]}]},
+    key, label, group = found
+    term = {"labelSelector": {"matchExpressions": [{"key": label, "operator": "In", "values": [group]}]},
             "topologyKey": key}
     affinity = spec["affinity"] = spec.get("affinity") or {}
     near = affinity["podAffinity"] = affinity.get("podAffinity") or {}
@@ -230,11 +234,16 @@ def gang_of(pod: Obj) -> GangRef | None:
 
 
 def role_of(pod: Obj) -> str | None:
+    """The pod's role in its gang, as its operator marks it: a task of the gang in the compute cluster, whose
+    pods ask alike and state the same placement rules."""
     meta = pod.get("metadata", {})
     for key in ROLE_KEYS:
         value = (meta.get("annotations") or {}).get(key) or (meta.get("labels") or {}).get(key)
         if value:
             return re.sub(r"[^A-Za-z0-9_.-]", "-", str(value).lower())[:63].strip("-_.") or None
+    # a LeaderWorkerSet's leader may have a template of its own, and has the group's exclusive placement terms
+    if (index := (meta.get("labels") or {}).get(LWS_WORKER_INDEX)) is not None:
+        return "leader" if index == "0" else "worker"
     return None
 
 

@@ -26,7 +26,7 @@ from ferry.binaries import Binaries
 from ferry.binaries.clients import LEADER_WORKER_SET, ensure_operator
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
-from ferry.keys import POD_GROUP_LABEL
+from ferry.keys import DOMAIN_LABEL, POD_GROUP_LABEL
 from tests.helpers import compute_copies, controller_with_webhooks, eventually, install_crd, resolve, url_webhook
 from vnode import naming
 from vnode.dnsserver import PeerDNS
@@ -181,3 +181,41 @@ async def test_a_leader_worker_groups_worker_finds_its_leader_and_the_group_is_r
                     if c.metadata.annotations[naming.UPSTREAM_NAME_ANNOTATION] in names]
 
     await eventually(collected, timeout=90, what="no copy left once the LeaderWorkerSet is deleted")
+
+
+@pytest.mark.usefixtures("lws_controller")
+async def test_exclusive_placement_gives_each_leader_worker_group_a_rack_of_its_own_in_the_compute_cluster(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """LWS's exclusive placement (one group per rack): LWS reads its leader's node's rack for the workers'
+    nodeSelector; the virtual node carries the rack key with its own name (it stands for several racks), and
+    a worker's copy follows its leader by a pod affinity with its group instead, as a leader's copy keeps
+    LWS's affinity with its group and anti-affinity with the others: each group runs in one compute rack,
+    the two in different racks."""
+    body = leader_worker_set("excl", 2)
+    body["metadata"]["annotations"] = {"leaderworkerset.sigs.k8s.io/exclusive-topology": DOMAIN_LABEL}
+    body["spec"]["replicas"] = 2
+    await client.CustomObjectsApi(tenant_api).create_namespaced_custom_object(GROUP, VERSION, tenant_ns, PLURAL,
+                                                                              body)
+    core = client.CoreV1Api(compute_api)
+
+    async def racks() -> dict[str, set[str]] | None:
+        pods = [p for p in await compute_copies(compute_api, tenant_ns) if p.status.phase == "Running"]
+        if len(pods) < 4:
+            return None
+        by_group: dict[str, set[str]] = {}
+        for p in pods:
+            node = await core.read_node(p.spec.node_name)
+            by_group.setdefault(p.metadata.labels["leaderworkerset.sigs.k8s.io/group-index"], set()).add(
+                node.metadata.labels[DOMAIN_LABEL])
+        return by_group
+
+    by_group = await eventually(racks, timeout=120, what="the two groups' 4 pods Running in the compute cluster")
+    assert sorted(by_group) == ["0", "1"] and all(len(r) == 1 for r in by_group.values()), by_group
+    assert by_group["0"] != by_group["1"], by_group
+    for copy in await compute_copies(compute_api, tenant_ns):
+        if copy.metadata.labels.get("leaderworkerset.sigs.k8s.io/worker-index") not in (None, "0"):
+            assert DOMAIN_LABEL not in (copy.spec.node_selector or {}), copy.spec.node_selector
+            (near,) = copy.spec.affinity.pod_affinity.required_during_scheduling_ignored_during_execution
+            assert near.topology_key == DOMAIN_LABEL
+    await client.CustomObjectsApi(tenant_api).delete_namespaced_custom_object(GROUP, VERSION, tenant_ns, PLURAL,
+                                                                              "excl")

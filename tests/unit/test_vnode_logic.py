@@ -404,6 +404,9 @@ def test_gang_markers_of_each_convention_and_roles() -> None:
     assert gang_of(pod({}, {"scheduling.volcano.sh/group-name": "j"})) is None, "not read by Volcano either"
     assert role_of(pod({"training.kubeflow.org/replica-type": "Worker"}, {})) == "worker"
     assert role_of(pod({}, {"volcano.sh/task-spec": "launcher"})) == "launcher"
+    # a LeaderWorkerSet group's leader and workers: two tasks of its gang (the leader's terms are its own)
+    lws = "leaderworkerset.sigs.k8s.io/worker-index"
+    assert [role_of(pod({lws: i}, {})) for i in ("0", "1", "2")] == ["leader", "worker", "worker"]
 
 
 def test_status_is_mirrored_and_a_terminal_phase_never_regresses() -> None:
@@ -508,6 +511,14 @@ def test_a_jobset_follower_in_its_leaders_domain_of_the_virtual_node_follows_its
     placed = {**follower, "spec": {**follower["spec"], "nodeSelector": {rack: "rack-3"}}}
     assert compute_pod(placed, B)["spec"]["nodeSelector"] == {rack: "rack-3"}
     assert "affinity" not in compute_pod(placed, B)["spec"]
+    # a LeaderWorkerSet's worker follows its leader so too
+    worker = tenant_pod(nodeSelector={rack: "ferry-tenant-1"}, affinity=None)
+    worker["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/group-key"] = "g1"
+    worker["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/exclusive-topology"] = rack
+    affinity = compute_pod(worker, B)["spec"]["affinity"]
+    (near,) = affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert near["labelSelector"]["matchExpressions"][0] == {
+        "key": "leaderworkerset.sigs.k8s.io/group-key", "operator": "In", "values": ["g1"]}
 
 
 async def test_work_queue_deduplicates_and_never_runs_a_key_twice_at_once() -> None:
