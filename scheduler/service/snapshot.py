@@ -240,6 +240,28 @@ def own_pod_terms(first: Mapping[str, Obj]) -> dict[str, OwnTerms]:
     return out
 
 
+def task_terms(task_pods: list[Obj]) -> Obj:
+    """The pod that stands for a task in what its pods state about placement: the first, with every required
+    pod (anti-)affinity term of the others too. A task's pods are to state the same; where an operator's
+    leader states more than its followers (JobSet's exclusive placement), the task keeps the leader's terms
+    whichever pod's name sorts first."""
+    first = task_pods[0]
+    affinity = first.get("spec", {}).get("affinity")
+    if all(p.get("spec", {}).get("affinity") == affinity for p in task_pods[1:]):
+        return first
+    merged: Obj = {**(affinity or {})}
+    for kind in ("podAffinity", "podAntiAffinity"):
+        terms: dict[str, Obj] = {}
+        for p in task_pods:
+            for t in (((p.get("spec", {}).get("affinity") or {}).get(kind) or {})
+                      .get("requiredDuringSchedulingIgnoredDuringExecution") or []):
+                terms.setdefault(json.dumps(t, sort_keys=True), t)
+        if terms:
+            merged[kind] = {**(merged.get(kind) or {}),
+                            "requiredDuringSchedulingIgnoredDuringExecution": list(terms.values())}
+    return {**first, "spec": {**first.get("spec", {}), "affinity": merged}}
+
+
 def peer_terms(pod: Obj) -> tuple[frozenset[Avoid], frozenset[Near]]:
     """A pod's required pod anti-affinities and pod affinities as they reach pods of any job: the namespaces a
     term looks at (its own by default, those listed, every one for ``namespaceSelector: {}``) and its label
@@ -632,7 +654,8 @@ def _shape(pods: list[Obj], group: Obj | None, namespace_queue: str | None) -> J
     replicas: list[tuple[str, int, str | None, tuple[int, ...]]] = []
     by_replica: dict[tuple[str, int], Obj] = {}
     min_task = gspec.get("minTaskMember", {}) or {}
-    own_terms = own_pod_terms({task: task_pods[0] for task, task_pods in by_task.items()})
+    stating = {task: task_terms(task_pods) for task, task_pods in by_task.items()}
+    own_terms = own_pod_terms(stating)
     for task, task_pods in by_task.items():
         requests = {pod_request(p) for p in task_pods}
         if len(requests) > 1:
@@ -641,7 +664,7 @@ def _shape(pods: list[Obj], group: Obj | None, namespace_queue: str | None) -> J
         (req,) = requests
         if task in own_terms:
             req = replace(req, **own_terms[task]._asdict())
-        avoid, near = peer_terms(task_pods[0])
+        avoid, near = peer_terms(stating[task])
         # an affinity its job's own pods meet is the gang's to keep (``Together``); the rest reach other jobs
         near = frozenset(n for n in near if n.term not in {t.term for t in req.together})
         if avoid or near:

@@ -366,3 +366,17 @@ def test_a_pod_affinity_with_other_jobs_pods_is_read_as_near_and_one_its_own_job
     (near,) = request.near
     assert near.key == "kubernetes.io/hostname" and near.namespaces == frozenset({"ns"})
     assert near.selects("ns", {"app": "cache"}) and not near.selects("ns", {"app": "train"})
+
+
+def test_a_task_whose_leader_states_more_terms_than_its_followers_keeps_them_whichever_pod_sorts_first() -> None:
+    """JobSet's exclusive placement: only a Job's leader states the anti-affinity with other Jobs (its
+    followers follow it into its rack); the gang's task keeps it, whatever the copies' names."""
+    member = partial(_member, kind="podAntiAffinity")
+    others = {"labelSelector": {"matchExpressions": [{"key": "job", "operator": "Exists"},
+                                                     {"key": "job", "operator": "NotIn", "values": ["a"]}]},
+              "topologyKey": "rack"}
+    for leader, follower in (("a-0", "a-1"), ("b-1", "a-0")):  # the leader's name sorts first, then last
+        pods = {f"ns/{leader}": member(leader, "worker", [others]), f"ns/{follower}": member(follower, "worker", [])}
+        snap = build(NODES, pods, {"ns/g": {**GROUP, "spec": {"minMember": 2}}}, {}, 0.0, ShapeCache())
+        (avoid,) = snap.cluster.jobs["ns/g"].tasks[0].request.avoid
+        assert avoid.key == "rack" and avoid.selects("ns", {"job": "b"}) and not avoid.selects("ns", {"job": "a"})
