@@ -25,6 +25,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from ferry import certs
 from ferry.cluster.ports import PortAllocator
 from ferry.cluster.process import Component
+from ferry.keys import DOMAIN_LABEL
 from ferry.kube import rest
 from vnode.dnsserver import PeerDNS
 from vnode.naming import UPSTREAM_NS_LABEL
@@ -176,6 +177,20 @@ async def compute_copies(compute_api: client.ApiClient, tenant_ns: str) -> list[
     """The compute pods the vnodes made for the pods of tenant namespace ``tenant_ns``."""
     return list((await client.CoreV1Api(compute_api).list_pod_for_all_namespaces(
         label_selector=f"{UPSTREAM_NS_LABEL}={tenant_ns}")).items)
+
+
+async def racks_of_groups(compute_api: client.ApiClient, tenant_ns: str, group_label: str,
+                          count: int) -> dict[str, set[str]] | None:
+    """Group (the copies' ``group_label``) -> the compute racks its copies run in, once ``count`` copies of
+    tenant namespace ``tenant_ns`` are Running."""
+    pods = [p for p in await compute_copies(compute_api, tenant_ns) if p.status.phase == "Running"]
+    if len(pods) < count:
+        return None
+    core, by_group = client.CoreV1Api(compute_api), dict[str, set[str]]()
+    for p in pods:
+        node = await core.read_node(p.spec.node_name)
+        by_group.setdefault(p.metadata.labels[group_label], set()).add(node.metadata.labels[DOMAIN_LABEL])
+    return by_group
 
 
 async def live_copies(compute_api: client.ApiClient, tenant_ns: str) -> list[Any]:

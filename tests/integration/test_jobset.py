@@ -22,7 +22,15 @@ from ferry.binaries.clients import JOBSET, ensure_operator
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
 from ferry.keys import DOMAIN_LABEL
-from tests.helpers import compute_copies, controller_with_webhooks, eventually, install_crd, resolve, url_webhook
+from tests.helpers import (
+    compute_copies,
+    controller_with_webhooks,
+    eventually,
+    install_crd,
+    racks_of_groups,
+    resolve,
+    url_webhook,
+)
 from vnode.dnsserver import PeerDNS
 from vnode.naming import UPSTREAM_NAME_ANNOTATION
 
@@ -125,20 +133,8 @@ async def test_a_jobsets_exclusive_placement_gives_each_job_a_rack_of_its_own_in
     body["spec"]["replicatedJobs"][0]["replicas"] = 2
     await client.CustomObjectsApi(tenant_api).create_namespaced_custom_object(
         "jobset.x-k8s.io", "v1alpha2", tenant_ns, "jobsets", body)
-    core = client.CoreV1Api(compute_api)
-
-    async def racks() -> dict[str, set[str]] | None:
-        pods = [p for p in await compute_copies(compute_api, tenant_ns) if p.status.phase == "Running"]
-        if len(pods) < 4:
-            return None
-        by_job: dict[str, set[str]] = {}
-        for p in pods:
-            node = await core.read_node(p.spec.node_name)
-            by_job.setdefault(p.metadata.labels["jobset.sigs.k8s.io/job-index"], set()).add(
-                node.metadata.labels[DOMAIN_LABEL])
-        return by_job
-
-    by_job = await eventually(racks, timeout=120, what="the JobSet's 4 pods Running in the compute cluster")
+    by_job = await eventually(lambda: racks_of_groups(compute_api, tenant_ns, "jobset.sigs.k8s.io/job-index", 4),
+                              timeout=120, what="the JobSet's 4 pods Running in the compute cluster")
     assert sorted(by_job) == ["0", "1"] and all(len(r) == 1 for r in by_job.values()), by_job  # a Job, a rack
     assert by_job["0"] != by_job["1"], by_job  # and no rack holds two Jobs
     for copy in await compute_copies(compute_api, tenant_ns):  # a follower is near its Job, whatever the binpack

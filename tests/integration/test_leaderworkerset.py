@@ -27,7 +27,15 @@ from ferry.binaries.clients import LEADER_WORKER_SET, ensure_operator
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
 from ferry.keys import DOMAIN_LABEL, POD_GROUP_LABEL
-from tests.helpers import compute_copies, controller_with_webhooks, eventually, install_crd, resolve, url_webhook
+from tests.helpers import (
+    compute_copies,
+    controller_with_webhooks,
+    eventually,
+    install_crd,
+    racks_of_groups,
+    resolve,
+    url_webhook,
+)
 from vnode import naming
 from vnode.dnsserver import PeerDNS
 
@@ -196,20 +204,9 @@ async def test_exclusive_placement_gives_each_leader_worker_group_a_rack_of_its_
     body["spec"]["replicas"] = 2
     await client.CustomObjectsApi(tenant_api).create_namespaced_custom_object(GROUP, VERSION, tenant_ns, PLURAL,
                                                                               body)
-    core = client.CoreV1Api(compute_api)
-
-    async def racks() -> dict[str, set[str]] | None:
-        pods = [p for p in await compute_copies(compute_api, tenant_ns) if p.status.phase == "Running"]
-        if len(pods) < 4:
-            return None
-        by_group: dict[str, set[str]] = {}
-        for p in pods:
-            node = await core.read_node(p.spec.node_name)
-            by_group.setdefault(p.metadata.labels["leaderworkerset.sigs.k8s.io/group-index"], set()).add(
-                node.metadata.labels[DOMAIN_LABEL])
-        return by_group
-
-    by_group = await eventually(racks, timeout=120, what="the two groups' 4 pods Running in the compute cluster")
+    by_group = await eventually(
+        lambda: racks_of_groups(compute_api, tenant_ns, "leaderworkerset.sigs.k8s.io/group-index", 4), timeout=120,
+        what="the two groups' 4 pods Running in the compute cluster")
     assert sorted(by_group) == ["0", "1"] and all(len(r) == 1 for r in by_group.values()), by_group
     assert by_group["0"] != by_group["1"], by_group
     for copy in await compute_copies(compute_api, tenant_ns):
