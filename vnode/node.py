@@ -80,7 +80,7 @@ def domains(nodes: list[Obj], keys: tuple[str, ...], node: str) -> dict[str, str
     domain is met there (JobSet's exclusive placement reads its leader's node's domain; a pod anti-affinity
     over racks keeps the tenant's replicas apart there, and the vnode binds the rest, :mod:`vnode.apart`) and
     over the compute nodes' domains by the compute cluster's scheduler, since the copies keep the rules (a
-    selector of this value means the virtual node: the copies drop it). None when ``node`` is no label value."""
+    selector of this value means the virtual node: the copies drop it). Nothing when ``node`` is no label value."""
     gpu_nodes = schedulable_gpu_nodes(nodes)
     if not gpu_nodes or not keys or not LABEL_VALUE.match(node):
         return {}
