@@ -134,7 +134,7 @@ async def test_a_jobsets_exclusive_placement_gives_each_job_a_rack_of_its_own_in
     await client.CustomObjectsApi(tenant_api).create_namespaced_custom_object(
         "jobset.x-k8s.io", "v1alpha2", tenant_ns, "jobsets", body)
     by_job = await eventually(lambda: racks_of_groups(compute_api, tenant_ns, "jobset.sigs.k8s.io/job-index", 4),
-                              timeout=120, what="the JobSet's 4 pods Running in the compute cluster")
+                              timeout=180, what="the JobSet's 4 pods Running in the compute cluster")
     assert sorted(by_job) == ["0", "1"] and all(len(r) == 1 for r in by_job.values()), by_job  # a Job, a rack
     assert by_job["0"] != by_job["1"], by_job  # and no rack holds two Jobs
     for copy in await compute_copies(compute_api, tenant_ns):  # a follower is near its Job, whatever the binpack

@@ -205,7 +205,7 @@ async def test_exclusive_placement_gives_each_leader_worker_group_a_rack_of_its_
     await client.CustomObjectsApi(tenant_api).create_namespaced_custom_object(GROUP, VERSION, tenant_ns, PLURAL,
                                                                               body)
     by_group = await eventually(
-        lambda: racks_of_groups(compute_api, tenant_ns, "leaderworkerset.sigs.k8s.io/group-index", 4), timeout=120,
+        lambda: racks_of_groups(compute_api, tenant_ns, "leaderworkerset.sigs.k8s.io/group-index", 4), timeout=180,
         what="the two groups' 4 pods Running in the compute cluster")
     assert sorted(by_group) == ["0", "1"] and all(len(r) == 1 for r in by_group.values()), by_group
     assert by_group["0"] != by_group["1"], by_group
