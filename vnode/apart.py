@@ -91,13 +91,6 @@ def own_domains(node: Obj) -> set[str]:
     return {HOSTNAME} | {k for k, v in (meta.get("labels") or {}).items() if v == meta.get("name")}
 
 
-def kept_off_by_own_domains(pod: Obj, bound: list[Obj], keys: set[str]) -> bool:
-    """Whether a rule over one of ``keys`` (a virtual node's :func:`own_domains`) keeps ``pod`` off that node
-    holding pods ``bound`` (other rules aside): the check before the whole one."""
-    return (any(key in keys and sure for key, sure in conflicts(pod, bound))
-            or bool(keys & set(skews(pod, bound, dict.fromkeys(keys, "")))))
-
-
 def fits_but_for_own_domains(pod: Obj, node: Obj, bound: list[Obj]) -> bool:
     """Whether the tenant's scheduler keeps ``pod`` off ``node`` (a virtual node's Node) only by required pod
     anti-affinity or a topology spread constraint over the node's hostname or another of its

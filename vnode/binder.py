@@ -19,7 +19,7 @@ from ferry.kube.rest import Rest, path, status_of
 from ferry.kube.workqueue import WorkQueue
 from ferry.whypending import NODE_REFUSES
 from vnode import metrics
-from vnode.apart import fits_but_for_own_domains, kept_off_by_own_domains, own_domains
+from vnode.apart import fits_but_for_own_domains
 from vnode.caches import Caches
 from vnode.events import Recorder
 from vnode.gangs import Gangs
@@ -201,10 +201,7 @@ class Binder:
                  if not p["metadata"].get("deletionTimestamp")
                  and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
         node_obj = self.caches.tenant_nodes.store.get(node)
-        if (node_obj is None or not kept_off_by_own_domains(pod, bound, own_domains(node_obj))  # the cheap check
-                or not fits_but_for_own_domains(pod, node_obj, bound)):
-            return None
-        return node
+        return node if node_obj is not None and fits_but_for_own_domains(pod, node_obj, bound) else None
 
     async def _bind(self, rest: str, pod: Obj, node: str, kept_apart: bool = False) -> None:
         meta = pod["metadata"]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from vnode.apart import conflicts, fits_but_for_own_domains, kept_off_by_own_domains, own_domains
+from vnode.apart import conflicts, fits_but_for_own_domains
 from vnode.node import TAINTS
 from vnode.selection import refusal, tolerates
 
@@ -106,15 +106,13 @@ CASES: list[tuple[str, Obj, list[Obj], Obj, bool]] = [
 def test_a_pod_is_taken_only_when_a_rule_per_node_is_all_that_keeps_it_off(
         pod_: Obj, bound: list[Obj], node_: Obj, taken: bool) -> None:
     assert fits_but_for_own_domains(pod_, node_, bound) is taken
-    if taken:  # what the binder checks before it reads the Node
-        assert kept_off_by_own_domains(pod_, bound, own_domains(node_))
 
 
 def test_conflicts_name_each_sides_terms() -> None:
     assert conflicts(REPLICA, BOUND) == [(HOST, True), (HOST, True)]  # its own term, and web-0's selecting it
     assert conflicts(pod("solo", app="batch"), BOUND) == []
-    assert not kept_off_by_own_domains(pod("solo", app="batch"), BOUND, {HOST})
-    assert not kept_off_by_own_domains(spreading(max_skew=2), [pod("web-0")], {HOST})
+    assert not fits_but_for_own_domains(pod("solo", app="batch"), node(), BOUND)
+    assert not fits_but_for_own_domains(spreading(max_skew=2), node(), [pod("web-0")])
 
 
 def test_tolerations_follow_kubernetes_rules() -> None:
