@@ -1,7 +1,7 @@
 """Build and cache the unmodified clients Kube-Ferry is checked with: Kubeflow's Training Operator and MPI
-Operator, KubeRay's operator, the JobSet and LeaderWorkerSet controllers, Kueue, Volcano's job controller
-(with its admission webhooks) and metrics-server, each from its Go module as its own repository builds it,
-with the CRDs its release installs.
+Operator, Kubeflow Trainer (v2), KubeRay's operator, the JobSet and LeaderWorkerSet controllers, Kueue,
+Volcano's job controller (with its admission webhooks) and metrics-server, each from its Go module as its own
+repository builds it, with the CRDs its release installs.
 
 Nothing of it is kept in this repository; the build is cached next to the control-plane binaries.
 """
@@ -29,6 +29,7 @@ class OperatorSource:
     crds: str  # the folder of the CRDs its release installs ("" for none)
     flag: str  # a flag its --help names: the build runs and is the one expected
     also: tuple[tuple[str, str], ...] = ()  # further binaries its release runs beside it: (name, main package)
+    manifests: str = ""  # a folder of further objects its release installs (e.g. runtimes), kept as "manifests"
 
 
 TRAINING_OPERATOR = OperatorSource("Kubeflow Training Operator", "github.com/kubeflow/training-operator", "v1.8.1",
@@ -38,6 +39,12 @@ MPI_OPERATOR = OperatorSource("Kubeflow MPI Operator", "github.com/kubeflow/mpi-
                               "./cmd/mpi-operator", "manifests/base", "gang-scheduling")
 KUBERAY = OperatorSource("KubeRay operator", "github.com/ray-project/kuberay/ray-operator", "v1.5.0",
                          "ray-operator", ".", "config/crd/bases", "batch-scheduler")
+# Kubeflow Trainer v2: a TrainJob names a training runtime (its release's ClusterTrainingRuntimes, kept from
+# manifests/base/runtimes) and becomes a JobSet, with a scheduler-plugins PodGroup when the runtime asks
+# for gang scheduling.
+TRAINER = OperatorSource("Kubeflow Trainer", "github.com/kubeflow/trainer/v2", "v2.0.0", "trainer-controller-manager",
+                         "./cmd/trainer-controller-manager", "manifests/base/crds", "webhook-server-port",
+                         manifests="manifests/base/runtimes")
 JOBSET = OperatorSource("JobSet controller", "sigs.k8s.io/jobset", "v0.11.0", "jobset", ".",
                         "config/components/crd/bases", "kube-api-qps")
 LEADER_WORKER_SET = OperatorSource("LeaderWorkerSet controller", "sigs.k8s.io/lws", "v0.7.0", "lws", "./cmd",
@@ -74,6 +81,11 @@ class Operator:
     def crds(self) -> Path:
         return self.root / "crds"
 
+    @property
+    def manifests(self) -> Path:
+        """``OperatorSource.manifests``, kept."""
+        return self.root / "manifests"
+
 
 def ensure_operator(source: OperatorSource, progress: Progress = _print_progress) -> Operator:
     """The operator's binary and CRDs, built once per Go version."""
@@ -82,6 +94,8 @@ def ensure_operator(source: OperatorSource, progress: Progress = _print_progress
             _build_one(name, src, package, out / name, progress)
         if source.crds:
             shutil.copytree(src / source.crds, out / "crds")
+        if source.manifests:
+            shutil.copytree(src / source.manifests, out / "manifests")
         res = subprocess.run([str(out / source.name), "--help"], capture_output=True, text=True, timeout=60,
                              check=False)
         if source.flag not in res.stdout + res.stderr:

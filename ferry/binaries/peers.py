@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -78,7 +79,8 @@ def build_from_module(folder: str, what: str, module: str, version: str,
     builds from a writable copy of the module's files into ``out``, which becomes the cached folder only
     when it returns (a failed or interrupted build leaves nothing that looks complete)."""
     _, _, go_text = go_version()
-    key = f"{module.rsplit('/', 1)[-1]}-{version}-{hashlib.sha256(go_text.encode()).hexdigest()[:8]}"
+    base = re.sub(r"/v\d+$", "", module).rsplit("/", 1)[-1]  # a major version's suffix does not name it
+    key = f"{base}-{version}-{hashlib.sha256(go_text.encode()).hexdigest()[:8]}"
     final = cache_root() / folder / key
     if (final / ".complete").exists():
         return final

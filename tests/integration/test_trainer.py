@@ -1,0 +1,253 @@
+"""An unmodified Kubeflow Trainer (v2.0.0, built from its Go module) in a tenant cluster, over the unmodified
+JobSet controller: a TrainJob names a training runtime, Trainer makes it a JobSet (and, when the runtime
+asks for gang scheduling, a scheduler-plugins PodGroup), and its nodes run through the virtual node as one
+gang, find the master by the name Trainer gives torchrun, and the TrainJob completes when they do.
+
+Trainer manages its webhook certificate itself (open-policy-agent's cert-controller): it fills an empty
+Secret with a CA and a certificate for its Service's name, injects the CA into its webhook configuration,
+and serves what a kubelet would mount from that Secret. Local planes have neither a kubelet nor a cluster
+network (as envtest), so the fixture plays the kubelet's part: it writes a serving certificate, issued by
+Trainer's own CA for the address the webhooks are called at, where Trainer reads it. Its release's
+webhook configuration is reproduced below, called by URL."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from ferry import certs
+from ferry.binaries import Binaries
+from ferry.binaries.clients import TRAINER, ensure_operator
+from ferry.cluster.planes import ControlPlanes
+from ferry.cluster.process import Component
+from tests.helpers import (
+    compute_copies,
+    eventually,
+    free_port,
+    install_crd,
+    live_copies,
+    logged_process,
+    resolve,
+    url_webhook,
+    wait_sync,
+)
+from tests.integration.test_jobset import TOLERATION, jobset_controller  # noqa: F401 (a fixture: Trainer makes JobSets)
+from vnode.dnsserver import PeerDNS
+from vnode.naming import UPSTREAM_NAME_ANNOTATION, UPSTREAM_NS_LABEL
+
+TENANT = "tenant-1"
+API = ("trainer.kubeflow.org", "v1alpha1")
+NAMESPACE = "kubeflow-system"  # where Trainer keeps its certificate when it runs outside a pod
+SECRET = "kubeflow-trainer-webhook-cert"
+WEBHOOKS = "validator.trainer.kubeflow.org"  # the configuration Trainer injects its CA into
+SERVICE_NAME = f"kubeflow-trainer-controller-manager.{NAMESPACE}.svc"
+CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")  # fixed in Trainer's source (pkg/util/cert)
+CRDS = ("clustertrainingruntimes", "trainingruntimes", "trainjobs")
+
+
+def webhook_configuration(port: int) -> dict[str, Any]:
+    """The release's validating webhooks (manifests/base/webhook), each called by URL, with no CA yet."""
+    def hook(kind: str, plural: str) -> dict[str, Any]:
+        rule = {"apiGroups": [API[0]], "apiVersions": [API[1]], "operations": ["CREATE", "UPDATE"],
+                "resources": [plural]}
+        return url_webhook(port, b"", f"validator.{kind}.trainer.kubeflow.org",
+                           f"/validate-trainer-kubeflow-org-v1alpha1-{kind}", rule)
+
+    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": WEBHOOKS},
+            "webhooks": [hook(plural[:-1], plural) for plural in CRDS]}
+
+
+def _secret_data(kubectl: list[str]) -> dict[str, str] | None:
+    res = subprocess.run([*kubectl, "-n", NAMESPACE, "get", "secret", SECRET, "-o", "json"], capture_output=True,
+                         text=True, check=False)
+    data: dict[str, str] = json.loads(res.stdout).get("data") or {} if res.returncode == 0 else {}
+    return data if "ca.crt" in data and "ca.key" in data else None
+
+
+def _mount_serving_certificate(data: dict[str, str]) -> None:
+    """What the kubelet's mount of Trainer's Secret gives it, but for the address the webhooks are called at:
+    a certificate issued by the CA Trainer made and injected (so the API server trusts it)."""
+    with warnings.catch_warnings():  # cert-controller numbers its CA 0, which RFC 5280 disallows; Go accepts it
+        warnings.simplefilter("ignore")
+        ca_cert = x509.load_pem_x509_certificate(base64.b64decode(data["ca.crt"]))
+    ca_key = serialization.load_pem_private_key(base64.b64decode(data["ca.key"]), password=None)
+    assert isinstance(ca_key, certs.PrivateKey)
+    serving = certs.issue(certs.Issued(ca_cert, ca_key), SERVICE_NAME, dns=(SERVICE_NAME,), ips=("127.0.0.1",),
+                          server=True)
+    CERT_DIR.mkdir(parents=True, exist_ok=True)
+    (CERT_DIR / "tls.key").write_bytes(certs.key_pem(serving.key))
+    (CERT_DIR / "tls.crt").write_bytes(certs.cert_pem(serving.cert))
+
+
+@pytest.fixture(scope="module")
+def trainer_controller(planes: ControlPlanes, binaries: Binaries, vnodes: dict[str, Component],
+                       jobset_controller: subprocess.Popen[bytes],  # noqa: F811 (the fixture imported above)
+                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Trainer's controller manager watching every namespace of tenant-1, its webhooks registered, and its
+    release's ClusterTrainingRuntimes (kept from its module) applied through them. Yields the runtimes' folder."""
+    op = ensure_operator(TRAINER)
+    kubeconfig = planes.kubeconfig(TENANT)
+    kubectl = [str(binaries.path("kubectl")), f"--kubeconfig={kubeconfig}"]
+    for plural in CRDS:
+        install_crd(kubectl, op.crds / f"trainer.kubeflow.org_{plural}.yaml", f"{plural}.trainer.kubeflow.org")
+    port = free_port()
+    objects = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+               {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": SECRET, "namespace": NAMESPACE}},
+               webhook_configuration(port)]
+    subprocess.run([*kubectl, "apply", "-f", "-"], input=yaml.safe_dump_all(objects).encode(), check=True,
+                   capture_output=True)
+    for stale in CERT_DIR.glob("tls.*"):  # another run's: Trainer would serve it before this one's is written
+        stale.unlink()
+    log_path = tmp_path_factory.mktemp("trainer") / "controller.log"
+    cmd = [str(op.binary), f"--webhook-server-port={port}", "--health-probe-bind-address=0",
+           "--metrics-bind-address=0"]
+    try:
+        with logged_process(cmd, {**os.environ, "KUBECONFIG": str(kubeconfig)}, log_path) as proc:
+            data = wait_sync(lambda: _secret_data(kubectl) if proc.poll() is None else {"exited": ""}, 90,
+                             f"Trainer to fill its certificate Secret (log: {log_path})")
+            assert proc.poll() is None, log_path.read_text()[-3000:]
+            _mount_serving_certificate(data)
+            wait_sync(lambda: b"Starting workers" in log_path.read_bytes() or proc.poll() is not None, 120,
+                      f"Trainer's controllers to start (log: {log_path})")
+            assert proc.poll() is None, log_path.read_text()[-3000:]
+            # The release's runtimes, through its webhook (which Trainer serves only once its certificate is read).
+            wait_sync(lambda: subprocess.run([*kubectl, "apply", "-f", str(op.manifests / "torch_distributed.yaml")],
+                                             capture_output=True, check=False).returncode == 0, 60,
+                      "the release's torch-distributed runtime accepted by Trainer's webhook")
+            yield op.manifests
+    finally:
+        subprocess.run([*kubectl, "delete", "validatingwebhookconfiguration", WEBHOOKS, "--ignore-not-found"],
+                       check=False, capture_output=True)
+        for served in CERT_DIR.glob("tls.*"):
+            served.unlink()
+
+
+def gang_runtime(shipped: Path, duration: str) -> dict[str, Any]:
+    """The release's torch-distributed runtime as a tenant admin adapts it for gangs: a TrainingRuntime of
+    the namespace with scheduler-plugins' coscheduling (its pods go to ``scheduler-plugins-scheduler``, the
+    name scheduler-plugins' chart gives its scheduler, which the virtual node plays), and pods that end
+    after ``duration`` (simulated nodes run no image)."""
+    runtime: dict[str, Any] = yaml.safe_load(shipped.read_text())
+    runtime["kind"], runtime["metadata"] = "TrainingRuntime", {"name": "torch-gang"}
+    runtime["spec"]["podGroupPolicy"] = {"coscheduling": {"scheduleTimeoutSeconds": 120}}
+    (node,) = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    pod = node["template"]["spec"]["template"]
+    pod.setdefault("metadata", {})["annotations"] = {"kubeferry.io/sim-duration": duration}
+    pod["spec"]["schedulerName"] = "scheduler-plugins-scheduler"
+    return runtime
+
+
+def train_job(name: str, runtime: str, kind: str, nodes: int, gpus: int) -> dict[str, Any]:
+    """A TrainJob as Trainer's examples write one, with the virtual node's toleration (a tenant's override)."""
+    return {"apiVersion": "/".join(API), "kind": "TrainJob", "metadata": {"name": name},
+            "spec": {"runtimeRef": {"name": runtime, "kind": kind, "apiGroup": API[0]},
+                     "trainer": {"numNodes": nodes, "resourcesPerNode": {"limits": {"nvidia.com/gpu": gpus}}},
+                     "podSpecOverrides": [{"targetJobs": [{"name": "node"}], "tolerations": [TOLERATION]}]}}
+
+
+async def test_a_trainjob_runs_as_one_gang_its_nodes_find_the_master_and_it_completes(
+        trainer_controller: Path, tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str,
+        peer_dns: PeerDNS) -> None:
+    objects = client.CustomObjectsApi(tenant_api)
+    await objects.create_namespaced_custom_object(*API, tenant_ns, "trainingruntimes",
+                                                  gang_runtime(trainer_controller / "torch_distributed.yaml", "30s"))
+    # Trainer's webhook looks the runtime up in its cache, which sees the new one a moment later.
+    await eventually(lambda: _created(objects, tenant_ns, train_job("llm", "torch-gang", "TrainingRuntime", nodes=2,
+                                                                    gpus=2)),
+                     timeout=30, what="the TrainJob accepted once Trainer knows its runtime")
+
+    async def running() -> dict[str, Any] | None:
+        pods = [p for p in await compute_copies(compute_api, tenant_ns)
+                if p.status.phase == "Running" and p.status.pod_ip]
+        return {p.spec.hostname: p for p in pods} if len(pods) == 2 else None
+
+    pods = await eventually(running, timeout=120, what="the TrainJob's 2 nodes Running in the compute cluster")
+    assert sorted(pods) == ["llm-node-0-0", "llm-node-0-1"], sorted(pods)
+    # Trainer's gang (minMember from the runtime's pods) is one gang of the compute cluster.
+    group = await objects.get_namespaced_custom_object("scheduling.x-k8s.io", "v1alpha1", tenant_ns, "podgroups", "llm")
+    assert group["spec"]["minMember"] == 2, group["spec"]
+    compute_groups = await client.CustomObjectsApi(compute_api).list_namespaced_custom_object(
+        "scheduling.kubeferry.io", "v1alpha1", TENANT, "podgroups")
+    mine = [g for g in compute_groups["items"]
+            if g["metadata"]["labels"].get(UPSTREAM_NS_LABEL) == tenant_ns]
+    assert len(mine) == 1 and mine[0]["spec"]["minMember"] == 2, mine
+    # torchrun's rendezvous: the master's name as Trainer gives it, answered with the master's address.
+    env = {e.name: e.value for e in (await client.CoreV1Api(tenant_api).read_namespaced_pod(
+        pods["llm-node-0-1"].metadata.annotations[UPSTREAM_NAME_ANNOTATION], tenant_ns)).spec.containers[0].env}
+    assert env["PET_MASTER_ADDR"] == "llm-node-0-0.llm" and env["PET_NNODES"] == "2", env
+    await eventually(lambda: _resolves(peer_dns, pods["llm-node-0-1"], "llm-node-0-0.llm",
+                                       [pods["llm-node-0-0"].status.pod_ip]), timeout=10,
+                     what="llm-node-0-0.llm from llm-node-0-1")
+
+    async def complete() -> bool:
+        job = await objects.get_namespaced_custom_object(*API, tenant_ns, "trainjobs", "llm")
+        return any(c["type"] == "Complete" and c["status"] == "True"
+                   for c in (job.get("status") or {}).get("conditions") or [])
+
+    await eventually(complete, timeout=120, what="the TrainJob's condition Complete")
+
+
+async def test_a_trainjob_on_the_releases_runtime_is_validated_suspended_resumed_and_deleted_without_orphans(
+        trainer_controller: Path, tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """The release's ClusterTrainingRuntime as it ships (its pods never end here): Trainer's webhook refuses
+    a TrainJob that sets what the runtime sets (torchrun's variables), with its own message; a valid one runs
+    through the virtual node; suspended (as Kueue suspends it), its nodes leave the compute cluster, resumed
+    they run again, and deleting it leaves nothing there."""
+    objects = client.CustomObjectsApi(tenant_api)
+    bad = train_job("bad", "torch-distributed", "ClusterTrainingRuntime", nodes=2, gpus=1)
+    bad["spec"]["trainer"] |= {"numProcPerNode": "auto", "env": [{"name": "PET_NNODES", "value": "3"}]}
+    with pytest.raises(ApiException) as refused:
+        await objects.create_namespaced_custom_object(*API, tenant_ns, "trainjobs", bad)
+    assert refused.value.status == 403 and "must not have reserved envs" in str(refused.value.body), refused.value
+    await objects.create_namespaced_custom_object(*API, tenant_ns, "trainjobs",
+                                                  train_job("ft", "torch-distributed", "ClusterTrainingRuntime",
+                                                            nodes=2, gpus=1))
+
+    async def running(count: int) -> bool:
+        pods = await live_copies(compute_api, tenant_ns)
+        return len(pods) == count and all(p.status.phase == "Running" for p in pods)
+
+    await eventually(lambda: running(2), timeout=90, what="the TrainJob's 2 nodes Running in the compute cluster")
+    await objects.patch_namespaced_custom_object(*API, tenant_ns, "trainjobs", "ft",
+                                                 [{"op": "add", "path": "/spec/suspend", "value": True}])
+    await eventually(lambda: _nothing_left(compute_api, tenant_ns), timeout=60,
+                     what="the suspended TrainJob's nodes gone from the compute cluster")
+    await objects.patch_namespaced_custom_object(*API, tenant_ns, "trainjobs", "ft",
+                                                 [{"op": "replace", "path": "/spec/suspend", "value": False}])
+    await eventually(lambda: running(2), timeout=90, what="the resumed TrainJob's 2 nodes Running again")
+    await objects.delete_namespaced_custom_object(*API, tenant_ns, "trainjobs", "ft",
+                                                  body={"propagationPolicy": "Foreground"})
+    await eventually(lambda: _nothing_left(compute_api, tenant_ns), timeout=60,
+                     what="nothing of the deleted TrainJob left in the compute cluster")
+
+
+async def _created(objects: client.CustomObjectsApi, ns: str, job: dict[str, Any]) -> bool:
+    try:
+        await objects.create_namespaced_custom_object(*API, ns, "trainjobs", job)
+    except ApiException as exc:
+        if exc.status == 403 and "must be created before the TrainJob" in str(exc.body):
+            return False
+        raise
+    return True
+
+
+async def _nothing_left(compute_api: client.ApiClient, tenant_ns: str) -> bool:
+    return not await compute_copies(compute_api, tenant_ns)
+
+
+async def _resolves(dns: PeerDNS, pod: Any, name: str, want: list[str]) -> bool:
+    return await resolve(dns, pod, name) == want
