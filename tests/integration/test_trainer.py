@@ -136,18 +136,18 @@ def trainer_controller(planes: ControlPlanes, binaries: Binaries, vnodes: dict[s
             served.unlink()
 
 
-def gang_runtime(shipped: Path, duration: str) -> dict[str, Any]:
-    """The release's torch-distributed runtime as a tenant admin adapts it for gangs: a TrainingRuntime of
-    the namespace with scheduler-plugins' coscheduling (its pods go to ``scheduler-plugins-scheduler``, the
-    name scheduler-plugins' chart gives its scheduler, which the virtual node plays), and pods that end
-    after ``duration`` (simulated nodes run no image)."""
+def gang_runtime(shipped: Path, duration: str, name: str = "torch-gang") -> dict[str, Any]:
+    """A release's runtime as a tenant admin adapts it for gangs: a TrainingRuntime of the namespace with
+    scheduler-plugins' coscheduling (its pods go to ``scheduler-plugins-scheduler``, the name
+    scheduler-plugins' chart gives its scheduler, which the virtual node plays), and pods that end after
+    ``duration`` (simulated nodes run no image; "" for never)."""
     runtime: dict[str, Any] = yaml.safe_load(shipped.read_text())
-    runtime["kind"], runtime["metadata"] = "TrainingRuntime", {"name": "torch-gang"}
+    runtime["kind"], runtime["metadata"] = "TrainingRuntime", {"name": name}
     runtime["spec"]["podGroupPolicy"] = {"coscheduling": {"scheduleTimeoutSeconds": 120}}
-    (node,) = runtime["spec"]["template"]["spec"]["replicatedJobs"]
-    pod = node["template"]["spec"]["template"]
-    pod.setdefault("metadata", {})["annotations"] = {"kubeferry.io/sim-duration": duration}
-    pod["spec"]["schedulerName"] = "scheduler-plugins-scheduler"
+    for replicated in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
+        pod = replicated["template"]["spec"]["template"]
+        pod.setdefault("metadata", {})["annotations"] = {"kubeferry.io/sim-duration": duration} if duration else {}
+        pod["spec"]["schedulerName"] = "scheduler-plugins-scheduler"
     return runtime
 
 
@@ -164,7 +164,7 @@ async def test_a_trainjob_runs_as_one_gang_its_nodes_find_the_master_and_it_comp
         peer_dns: PeerDNS) -> None:
     objects = client.CustomObjectsApi(tenant_api)
     await objects.create_namespaced_custom_object(*API, tenant_ns, "trainingruntimes",
-                                                  gang_runtime(trainer_controller / "torch_distributed.yaml", "30s"))
+                                                  gang_runtime(trainer_controller / "torch_distributed.yaml", "15s"))
     # Trainer's webhook looks the runtime up in its cache, which sees the new one a moment later.
     await eventually(lambda: _created(objects, tenant_ns, train_job("llm", "torch-gang", "TrainingRuntime", nodes=2,
                                                                     gpus=2)),
@@ -193,12 +193,61 @@ async def test_a_trainjob_runs_as_one_gang_its_nodes_find_the_master_and_it_comp
                                        [pods["llm-node-0-0"].status.pod_ip]), timeout=10,
                      what="llm-node-0-0.llm from llm-node-0-1")
 
-    async def complete() -> bool:
-        job = await objects.get_namespaced_custom_object(*API, tenant_ns, "trainjobs", "llm")
-        return any(c["type"] == "Complete" and c["status"] == "True"
-                   for c in (job.get("status") or {}).get("conditions") or [])
+    await eventually(lambda: _complete(objects, tenant_ns, "llm"), timeout=120,
+                     what="the TrainJob's condition Complete")
 
-    await eventually(complete, timeout=120, what="the TrainJob's condition Complete")
+
+async def test_an_mpi_trainjob_reaches_its_nodes_by_trainers_hostfile_with_the_ssh_keys_it_made(
+        trainer_controller: Path, tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str,
+        peer_dns: PeerDNS) -> None:
+    """The release's `mpi-distributed` runtime (OpenMPI; the launcher is a node too), as a gang: Trainer makes
+    an SSH key Secret and a hostfile ConfigMap and mounts both in every pod. The compute copies mount copies
+    holding the same keys and hostfile, each hostfile name reaches its pod's copy through `ferry dns`, and the
+    TrainJob completes when its launcher does (the nodes run sshd until then, and then leave the compute
+    cluster)."""
+    objects, core = client.CustomObjectsApi(tenant_api), client.CoreV1Api(tenant_api)
+    runtime = gang_runtime(trainer_controller / "mpi_distributed.yaml", "", name="mpi-gang")
+    launcher = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    launcher["metadata"]["annotations"] = {"kubeferry.io/sim-duration": "20s"}  # mpirun ends; sshd does not
+    await objects.create_namespaced_custom_object(*API, tenant_ns, "trainingruntimes", runtime)
+    job = train_job("pi", "mpi-gang", "TrainingRuntime", nodes=3, gpus=1)
+    job["spec"]["podSpecOverrides"][0]["targetJobs"].append({"name": "launcher"})
+    await eventually(lambda: _created(objects, tenant_ns, job), timeout=30,
+                     what="the TrainJob accepted once Trainer knows its runtime")
+
+    async def running() -> dict[str, Any] | None:
+        pods = [p for p in await live_copies(compute_api, tenant_ns) if p.status.phase == "Running" and p.status.pod_ip]
+        return {p.metadata.annotations[UPSTREAM_NAME_ANNOTATION]: p for p in pods} if len(pods) == 3 else None
+
+    pods = await eventually(running, timeout=120, what="the launcher and 2 nodes Running in the compute cluster")
+    assert len({p.metadata.labels["kubeferry.io/pod-group"] for p in pods.values()}) == 1, "one gang"
+    # What Trainer made for mpirun reaches every copy as it is upstream.
+    keys = (await core.read_namespaced_secret("pi-mpi-ssh-auth", tenant_ns)).data
+    hostfile = (await core.read_namespaced_config_map("pi-mpi-hostfile", tenant_ns)).data["hostfile"]
+    ccore = client.CoreV1Api(compute_api)
+    launcher_copy = next(p for p in pods.values() if "launcher" in p.spec.hostname)
+    for copy in pods.values():  # every pod has the keys; the launcher, the hostfile too
+        volumes = {v.name: v for v in copy.spec.volumes}
+        secret = await ccore.read_namespaced_secret(volumes["mpi-ssh-auth"].secret.secret_name,
+                                                    copy.metadata.namespace)
+        assert secret.data == keys, copy.metadata.name
+    config = await ccore.read_namespaced_config_map(
+        next(v for v in launcher_copy.spec.volumes if v.name == "mpi-hostfile").config_map.name,
+        launcher_copy.metadata.namespace)
+    assert config.data["hostfile"] == hostfile, (config.data, hostfile)
+    hosts = [line.split()[0] for line in hostfile.splitlines() if line.strip()]
+    by_host = {p.spec.hostname: p for p in pods.values()}
+    assert sorted(h.split(".")[0] for h in hosts) == sorted(by_host), (hosts, sorted(by_host))
+    for host in hosts:
+        await eventually(lambda h=host: _resolves(peer_dns, launcher_copy, h, [by_host[h.split(".")[0]].status.pod_ip]),
+                         timeout=10, what=f"{host} from the launcher")
+    await eventually(lambda: _complete(objects, tenant_ns, "pi"), timeout=120,
+                     what="the TrainJob's condition Complete once its launcher ended")
+
+    async def nodes_stopped() -> bool:  # JobSet deletes the Jobs still running once it is done
+        return not [p for p in await live_copies(compute_api, tenant_ns) if p.status.phase == "Running"]
+
+    await eventually(nodes_stopped, timeout=60, what="the nodes' copies gone from the compute cluster")
 
 
 async def test_a_trainjob_on_the_releases_runtime_is_validated_suspended_resumed_and_deleted_without_orphans(
@@ -243,6 +292,12 @@ async def _created(objects: client.CustomObjectsApi, ns: str, job: dict[str, Any
             return False
         raise
     return True
+
+
+async def _complete(objects: client.CustomObjectsApi, ns: str, name: str) -> bool:
+    job = await objects.get_namespaced_custom_object(*API, ns, "trainjobs", name)
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Complete" and c["status"] == "True" for c in conditions)
 
 
 async def _nothing_left(compute_api: client.ApiClient, tenant_ns: str) -> bool:
