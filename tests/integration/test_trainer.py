@@ -46,7 +46,7 @@ from tests.helpers import (
 )
 from tests.integration.test_jobset import TOLERATION, jobset_controller  # noqa: F401 (a fixture: Trainer makes JobSets)
 from vnode.dnsserver import PeerDNS
-from vnode.naming import UPSTREAM_NAME_ANNOTATION, UPSTREAM_NS_LABEL
+from vnode.naming import UPSTREAM_NAME_ANNOTATION, UPSTREAM_NS_LABEL, compute_name
 
 TENANT = "tenant-1"
 API = ("trainer.kubeflow.org", "v1alpha1")
@@ -248,6 +248,58 @@ async def test_an_mpi_trainjob_reaches_its_nodes_by_trainers_hostfile_with_the_s
         return not [p for p in await live_copies(compute_api, tenant_ns) if p.status.phase == "Running"]
 
     await eventually(nodes_stopped, timeout=60, what="the nodes' copies gone from the compute cluster")
+
+
+async def test_a_torchtune_trainjobs_stages_run_in_order_on_one_claim_in_the_compute_cluster(
+        trainer_controller: Path, tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """The release's torchtune runtime (Llama 3.2 1B): a dataset initializer, then a model initializer, then
+    the trainer node, each a Job JobSet creates once the one before is Complete, all three on the claim the
+    runtime names (made by the tenant admin of the virtual node's StorageClass). Each stage starts in the
+    compute cluster only after the stage before it succeeded there (the vnode mirrors its end up, which is
+    what lets JobSet go on), every stage mounts the one compute claim, and the TrainJob completes."""
+    core, objects = client.CoreV1Api(tenant_api), client.CustomObjectsApi(tenant_api)
+    shipped = trainer_controller / "torchtune" / "llama3_2" / "llama3_2_1B.yaml"
+    runtime: dict[str, Any] = yaml.safe_load(shipped.read_text())
+    name = runtime["metadata"]["name"]  # Trainer checks the model by the runtime's name
+    runtime["kind"], runtime["metadata"] = "TrainingRuntime", {"name": name}
+    stages = [r["name"] for r in runtime["spec"]["template"]["spec"]["replicatedJobs"]]
+    assert stages == ["dataset-initializer", "model-initializer", "node"], stages
+    for replicated in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
+        replicated["template"]["spec"]["template"].setdefault("metadata", {})["annotations"] = {
+            "kubeferry.io/sim-duration": "5s"}  # simulated nodes run no image
+    (claim,) = {v["persistentVolumeClaim"]["claimName"] for r in runtime["spec"]["template"]["spec"]["replicatedJobs"]
+                for v in r["template"]["spec"]["template"]["spec"]["volumes"]}
+    await core.create_namespaced_persistent_volume_claim(tenant_ns, {
+        "metadata": {"name": claim}, "spec": {"storageClassName": "kube-ferry", "accessModes": ["ReadWriteOnce"],
+                                              "resources": {"requests": {"storage": "20Gi"}}}})
+    await objects.create_namespaced_custom_object(*API, tenant_ns, "trainingruntimes", runtime)
+    job = train_job("tune", name, "TrainingRuntime", nodes=1, gpus=2)
+    job["spec"]["podSpecOverrides"][0]["targetJobs"] = [{"name": stage} for stage in stages]
+    await eventually(lambda: _created(objects, tenant_ns, job), timeout=30,
+                     what="the TrainJob accepted once Trainer knows its runtime")
+
+    seen: dict[str, Any] = {}  # stage -> its compute copy, as first seen
+
+    async def staged() -> dict[str, Any] | None:
+        for copy in await compute_copies(compute_api, tenant_ns):
+            stage = copy.metadata.labels.get("jobset.sigs.k8s.io/replicatedjob-name", "")
+            if stage in stages and stage not in seen:
+                before = stages[:stages.index(stage)]
+                for earlier in before:  # what came before has ended well, upstream
+                    pods = (await core.list_namespaced_pod(
+                        tenant_ns, label_selector=f"jobset.sigs.k8s.io/replicatedjob-name={earlier}")).items
+                    assert pods and all(p.status.phase == "Succeeded" for p in pods), (
+                        f"{stage} started while {earlier} was {[p.status.phase for p in pods]}")
+                seen[stage] = copy
+        return seen if len(seen) == len(stages) else None
+
+    await eventually(staged, timeout=120, interval=0.2, what="the three stages started one after the other")
+    compute_claim = compute_name(TENANT, tenant_ns, claim)
+    for stage, copy in seen.items():
+        assert [v.persistent_volume_claim.claim_name for v in copy.spec.volumes if v.persistent_volume_claim] == [
+            compute_claim], stage
+    await eventually(lambda: _complete(objects, tenant_ns, "tune"), timeout=120,
+                     what="the TrainJob's condition Complete")
 
 
 async def test_a_trainjob_on_the_releases_runtime_is_validated_suspended_resumed_and_deleted_without_orphans(
