@@ -37,7 +37,7 @@ def cert_pem(cert: x509.Certificate) -> bytes:
 @dataclass(frozen=True)
 class Issued:
     cert: x509.Certificate
-    key: PrivateKey  # what this module makes is ECDSA; a CA another program made may be RSA
+    key: ec.EllipticCurvePrivateKey
 
 
 def new_ca(common_name: str, validity: dt.timedelta = VALIDITY) -> Issued:

@@ -131,23 +131,30 @@ def url_webhook(port: int, ca: bytes, name: str, url_path: str, rule: dict[str, 
 @contextmanager
 def controller_with_webhooks(binary: Path, config_api: str, settings: dict[str, Any], kubeconfig: Path,
                              kubectl: list[str], work: Path, webhooks: Callable[[int, bytes], list[dict[str, Any]]],
-                             args: tuple[str, ...] = ()) -> Iterator[subprocess.Popen[bytes]]:
-    """A controller-runtime controller (JobSet's, LeaderWorkerSet's) against ``kubeconfig``, configured by a
-    ``config_api`` Configuration file (``settings`` added to it), its admission webhooks served by the
+                             args: tuple[str, ...] = (), *, cert_management: str = "internalCertManagement",
+                             cert_dir: Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """A controller-runtime controller (JobSet's, LeaderWorkerSet's, Trainer's) against ``kubeconfig``,
+    configured by a ``config_api`` Configuration file (``settings`` added to it; ``cert_management`` is its
+    name for the certificates it would make itself, turned off), its admission webhooks served by the
     process and called by URL with a certificate issued here (local planes have no cluster network, as
     envtest does): ``webhooks(port, ca)`` gives the configurations, registered once the controller runs
-    and removed after, as its pod webhooks would refuse its pods once nobody serves them."""
+    and removed after, as its pod webhooks would refuse its pods once nobody serves them. The certificate
+    goes where the configuration says, or to ``cert_dir`` for a controller whose configuration cannot say
+    (removed after)."""
     ca = certs.new_ca(f"{binary.name}-webhook-ca")
     serving = certs.issue(ca, "127.0.0.1", ips=("127.0.0.1",), server=True)
-    (work / "certs").mkdir()
-    (work / "certs" / "tls.crt").write_bytes(certs.cert_pem(serving.cert))
-    (work / "certs" / "tls.key").write_bytes(certs.key_pem(serving.key))
+    certificates = cert_dir or work / "certs"
+    certificates.mkdir(parents=True, exist_ok=True)
+    (certificates / "tls.crt").write_bytes(certs.cert_pem(serving.cert))
+    (certificates / "tls.key").write_bytes(certs.key_pem(serving.key))
     port = free_port()
     config = work / "config.yaml"
+    webhook: dict[str, Any] = {"port": port, "host": "127.0.0.1"}
+    if cert_dir is None:
+        webhook["certDir"] = str(certificates)
     config.write_text(yaml.safe_dump({
         "apiVersion": config_api, "kind": "Configuration",
-        "internalCertManagement": {"enable": False}, "leaderElection": {"leaderElect": False},
-        "webhook": {"port": port, "host": "127.0.0.1", "certDir": str(work / "certs")},
+        cert_management: {"enable": False}, "leaderElection": {"leaderElect": False}, "webhook": webhook,
         "metrics": {"bindAddress": "0"}, "health": {"healthProbeBindAddress": "0"}, **settings}))
     log_path = work / "controller.log"
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
@@ -164,6 +171,9 @@ def controller_with_webhooks(binary: Path, config_api: str, settings: dict[str, 
             for m in manifests:
                 subprocess.run([*kubectl, "delete", m["kind"].lower(), m["metadata"]["name"], "--ignore-not-found"],
                                check=False, capture_output=True)
+            if cert_dir is not None:
+                for written in ("tls.crt", "tls.key"):
+                    (cert_dir / written).unlink(missing_ok=True)
 
 
 def vnode_metrics(vnode: Component) -> dict[str, float]:

@@ -42,8 +42,8 @@ KUBERAY = OperatorSource("KubeRay operator", "github.com/ray-project/kuberay/ray
 # Kubeflow Trainer v2: a TrainJob names a training runtime (its release's ClusterTrainingRuntimes, kept from
 # manifests/base/runtimes) and becomes a JobSet, with a scheduler-plugins PodGroup when the runtime asks
 # for gang scheduling.
-TRAINER = OperatorSource("Kubeflow Trainer", "github.com/kubeflow/trainer/v2", "v2.0.0", "trainer-controller-manager",
-                         "./cmd/trainer-controller-manager", "manifests/base/crds", "webhook-server-port",
+TRAINER = OperatorSource("Kubeflow Trainer", "github.com/kubeflow/trainer/v2", "v2.2.0", "trainer-controller-manager",
+                         "./cmd/trainer-controller-manager", "manifests/base/crds", "feature-gates",
                          manifests="manifests/base/runtimes")
 JOBSET = OperatorSource("JobSet controller", "sigs.k8s.io/jobset", "v0.11.0", "jobset", ".",
                         "config/components/crd/bases", "kube-api-qps")
