@@ -27,6 +27,7 @@ from tests.helpers import (
     controller_with_webhooks,
     eventually,
     install_crd,
+    live_copies,
     racks_of_groups,
     resolve,
     url_webhook,
@@ -37,6 +38,7 @@ from vnode.naming import UPSTREAM_NAME_ANNOTATION
 TENANT = "tenant-1"
 TOLERATION = {"key": "virtual-kubelet.io/provider", "operator": "Exists", "effect": "NoSchedule"}
 WEBHOOKS = ("jobset-ferry-test-mutating", "jobset-ferry-test-validating")
+REPLICATED_JOB, RESTART_ATTEMPT = "jobset.sigs.k8s.io/replicatedjob-name", "jobset.sigs.k8s.io/restart-attempt"
 
 
 def webhook_configurations(port: int, ca: bytes) -> list[dict[str, Any]]:
@@ -146,6 +148,64 @@ async def test_a_jobsets_exclusive_placement_gives_each_job_a_rack_of_its_own_in
     told = (await client.CoreV1Api(tenant_api).list_namespaced_event(
         tenant_ns, field_selector="reason=BoundByVirtualNode")).items
     assert told, "the vnode bound the pods the other Job's rule kept off the virtual node"
+
+
+@pytest.mark.usefixtures("jobset_controller")
+async def test_a_failing_jobset_is_recreated_whole_in_order_and_leaves_no_copy_of_an_earlier_attempt(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str, peer_dns: PeerDNS) -> None:
+    """JobSet's failure policy and in-order startup through the virtual node: a leader Job, then (once the
+    leader is Ready upstream, which the vnode mirrors) a workers Job whose pods fail. A failed Job makes
+    JobSet recreate every Job under the same names (restart attempt 1); the compute cluster then holds the
+    new attempt's copies only, the leader's name reaches its new copy, and once the second attempt fails
+    too the JobSet is Failed for reaching its restarts, with nothing left running in the compute cluster."""
+    body = jobset("flaky", pods=2, duration="5s")
+    workers = body["spec"]["replicatedJobs"][0]
+    workers["template"]["spec"]["template"]["metadata"]["annotations"]["kubeferry.io/sim-exit-code"] = "1"
+    (leader,) = jobset("flaky", pods=1, duration="1h")["spec"]["replicatedJobs"]  # runs until JobSet stops it
+    leader["name"] = "leader"
+    body["spec"] |= {"replicatedJobs": [leader, workers], "startupPolicy": {"startupPolicyOrder": "InOrder"},
+                     "failurePolicy": {"maxRestarts": 1}}
+    jobs, core = client.CustomObjectsApi(tenant_api), client.CoreV1Api(tenant_api)
+    await jobs.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", tenant_ns, "jobsets", body)
+    attempts: dict[str, set[str]] = {}  # restart attempt -> the replicated Jobs whose copies were seen
+
+    async def watched() -> bool:
+        for c in await compute_copies(compute_api, tenant_ns):
+            attempt, job = c.metadata.labels[RESTART_ATTEMPT], c.metadata.labels[REPLICATED_JOB]
+            if job == "workers" and job not in attempts.get(attempt, set()):  # in order: the leader is Ready
+                (lead,) = (await core.list_namespaced_pod(tenant_ns, label_selector=(
+                    f"{REPLICATED_JOB}=leader,{RESTART_ATTEMPT}={attempt}"))).items
+                assert any(k.type == "Ready" and k.status == "True" for k in lead.status.conditions or []), (
+                    f"attempt {attempt}'s workers started before its leader was Ready upstream")
+            attempts.setdefault(attempt, set()).add(job)
+        return attempts.get("1") == {"leader", "workers"}
+
+    await eventually(watched, timeout=120, interval=0.2, what="the second attempt's leader and workers")
+    assert attempts["0"] == {"leader", "workers"}, attempts
+
+    async def only_the_new_attempt() -> list[Any] | None:
+        live = await live_copies(compute_api, tenant_ns)
+        return live if live and {c.metadata.labels[RESTART_ATTEMPT] for c in live} == {"1"} else None
+
+    live = await eventually(only_the_new_attempt, timeout=30, what="no copy of the first attempt left")
+    (lead_copy,) = [c for c in live if c.metadata.labels[REPLICATED_JOB] == "leader"]
+    await eventually(lambda: _resolves(peer_dns, lead_copy, "flaky-leader-0-0.flaky", [lead_copy.status.pod_ip]),
+                     timeout=10, what="the leader's name answered with its new copy")
+
+    async def failed() -> dict[str, Any] | None:
+        js = await jobs.get_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", tenant_ns, "jobsets", "flaky")
+        status = js.get("status") or {}
+        return status if any(c["type"] == "Failed" and c["status"] == "True"
+                             for c in status.get("conditions") or []) else None
+
+    status = await eventually(failed, timeout=90, what="the JobSet Failed")
+    (cond,) = [c for c in status["conditions"] if c["type"] == "Failed"]
+    assert status["restarts"] == 1 and cond["reason"] == "ReachedMaxRestarts", status
+
+    async def nothing_running() -> bool:
+        return not [c for c in await live_copies(compute_api, tenant_ns) if c.status.phase == "Running"]
+
+    await eventually(nothing_running, timeout=60, what="nothing of the failed JobSet running in the compute cluster")
 
 
 async def _rack_of_the_virtual_node(tenant_api: client.ApiClient) -> str | None:
