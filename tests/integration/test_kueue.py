@@ -34,8 +34,9 @@ from ferry.binaries.clients import KUEUE, ensure_operator
 from ferry.cluster.gpunodes import DEFAULT_MODEL, MODEL_LABEL
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
-from tests.helpers import controller_with_webhooks, eventually, install_crd, url_webhook
+from tests.helpers import controller_with_webhooks, eventually, install_crd, live_copies, url_webhook
 from tests.integration.test_gpu_pools import POOL_KEY, copies_gone, pooled_vnode
+from tests.integration.test_jobset import jobset, jobset_controller  # noqa: F401 (a fixture: Kueue admits JobSets)
 from tests.integration.test_vnode import compute_pod_of
 
 TENANT = "tenant-1"
@@ -57,7 +58,8 @@ def webhook_configurations(port: int, ca: bytes) -> list[dict[str, Any]]:
     queued = {"matchExpressions": [{"key": QUEUE_LABEL, "operator": "Exists"}]}
 
     def rule(group: str, resources: list[str], *operations: str) -> dict[str, Any]:
-        return {"apiGroups": [group], "apiVersions": ["v1" if group in ("", "batch") else VERSION],
+        version = {"": "v1", "batch": "v1", "jobset.x-k8s.io": "v1alpha2"}.get(group, VERSION)
+        return {"apiGroups": [group], "apiVersions": [version],
                 "resources": resources, "operations": list(operations)}
 
     mine = f"{GROUP.replace('.', '-')}-{VERSION}"
@@ -66,6 +68,8 @@ def webhook_configurations(port: int, ca: bytes) -> list[dict[str, Any]]:
          "metadata": {"name": WEBHOOKS[0]},
          "webhooks": [hook("mpod.kb.io", "/mutate--v1-pod", rule("", ["pods"], "CREATE"), queued),
                       hook("mjob.kb.io", "/mutate-batch-v1-job", rule("batch", ["jobs"], "CREATE"), queued),
+                      hook("mjobset.kb.io", "/mutate-jobset-x-k8s-io-v1alpha2-jobset",
+                           rule("jobset.x-k8s.io", ["jobsets"], "CREATE"), queued),
                       *(hook(f"m{kind}.kb.io", f"/mutate-{mine}-{kind}", rule(GROUP, [f"{kind}s"], "CREATE"))
                         for kind in ("clusterqueue", "resourceflavor", "workload"))]},
         {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
@@ -73,6 +77,8 @@ def webhook_configurations(port: int, ca: bytes) -> list[dict[str, Any]]:
          "webhooks": [hook("vpod.kb.io", "/validate--v1-pod", rule("", ["pods"], "CREATE", "UPDATE"), queued),
                       hook("vjob.kb.io", "/validate-batch-v1-job", rule("batch", ["jobs"], "CREATE", "UPDATE"),
                            queued),
+                      hook("vjobset.kb.io", "/validate-jobset-x-k8s-io-v1alpha2-jobset",
+                           rule("jobset.x-k8s.io", ["jobsets"], "CREATE", "UPDATE"), queued),
                       hook("vclusterqueue.kb.io", f"/validate-{mine}-clusterqueue",
                            rule(GROUP, ["clusterqueues"], "CREATE", "UPDATE")),
                       hook("vresourceflavor.kb.io", f"/validate-{mine}-resourceflavor",
@@ -84,9 +90,11 @@ def webhook_configurations(port: int, ca: bytes) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def kueue(planes: ControlPlanes, binaries: Binaries, vnodes: dict[str, Component],
+          jobset_controller: subprocess.Popen[bytes],  # noqa: F811 (the fixture imported above)
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
-    """Kueue's CRDs in tenant-1 and its controller running (batch Jobs and plain pods), a ResourceFlavor for
-    the virtual node and a ClusterQueue of 8 GPUs; yields the kubectl command for tenant-1."""
+    """Kueue's CRDs in tenant-1 and its controller running (batch Jobs, plain pods and JobSets, whose
+    controller runs first), a ResourceFlavor for the virtual node and a ClusterQueue of 8 GPUs; yields the
+    kubectl command for tenant-1."""
     op = ensure_operator(KUEUE)
     kubeconfig = planes.kubeconfig(TENANT)
     kubectl = [str(binaries.path("kubectl")), f"--kubeconfig={kubeconfig}"]
@@ -95,7 +103,7 @@ def kueue(planes: ControlPlanes, binaries: Binaries, vnodes: dict[str, Component
         install_crd(kubectl, crd, _resource(crd))
     subprocess.run([*kubectl, "create", "namespace", "kueue-system"], check=False, capture_output=True)
     settings = {"namespace": "kueue-system", "manageJobsWithoutQueueName": False,
-                "integrations": {"frameworks": ["batch/job", "pod"]}}
+                "integrations": {"frameworks": ["batch/job", "pod", "jobset.x-k8s.io/jobset"]}}
     try:
         with controller_with_webhooks(op.binary, f"config.{GROUP}/{VERSION}", settings, kubeconfig, kubectl,
                                       tmp_path_factory.mktemp("kueue"), webhook_configurations,
@@ -211,6 +219,52 @@ async def test_kueue_admits_a_tenants_jobs_by_its_quota_and_they_run_through_the
     jobs = await eventually(both_complete, timeout=120, interval=1, what="both Jobs Complete")
     ran = sorted((j.status.start_time, _finished(j)) for j in jobs)
     assert ran[1][0] >= ran[0][1].replace(microsecond=0), f"the Jobs ran at once, past the quota: {ran}"
+
+
+async def test_kueue_admits_a_tenants_jobsets_whole_by_its_quota_and_they_run_through_the_virtual_node(
+        kueue: list[str], tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """Two JobSets of two 4-GPU pods each in a LocalQueue of 8 GPUs: Kueue admits one JobSet whole (its pods
+    get the flavor's node labels and toleration, and their copies run in the compute cluster) and keeps
+    the other suspended, with no pod, until the first completes; then it runs too."""
+    await _local_queue(tenant_api, tenant_ns)
+    custom = client.CustomObjectsApi(tenant_api)
+    for name in ("first", "second"):
+        body = jobset(name, pods=2, duration="10s")
+        body["metadata"]["labels"] = {QUEUE_LABEL: "team"}
+        pod = body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+        pod["spec"]["tolerations"] = []  # the flavor brings it
+        pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "4"
+        await custom.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", tenant_ns, "jobsets", body)
+
+    async def one_running() -> list[Any] | None:
+        copies = await live_copies(compute_api, tenant_ns)
+        return copies if len(copies) == 2 and all(c.status.phase == "Running" for c in copies) else None
+
+    try:
+        copies = await eventually(one_running, timeout=90, what="one admitted JobSet's 2 pods Running")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; {await _state(tenant_api, tenant_ns)}") from None
+    running = {c.metadata.labels["jobset.sigs.k8s.io/jobset-name"] for c in copies}
+    assert len(running) == 1, running  # whole, and one at a time
+    waiting = ({"first", "second"} - running).pop()
+    held = await custom.get_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", tenant_ns, "jobsets", waiting)
+    assert held["spec"].get("suspend") is True, held["spec"]
+    for pod in (await client.CoreV1Api(tenant_api).list_namespaced_pod(tenant_ns)).items:
+        assert pod.spec.node_name == NODE and pod.spec.node_selector == FLAVOR_LABELS, pod.spec
+
+    async def both_completed() -> list[dict[str, Any]] | None:
+        done = []
+        for name in ("first", "second"):
+            js = await custom.get_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", tenant_ns, "jobsets", name)
+            for c in (js.get("status") or {}).get("conditions") or []:
+                if c["type"] == "Completed" and c["status"] == "True":
+                    done.append(c)
+        return done if len(done) == 2 else None
+
+    try:
+        await eventually(both_completed, timeout=120, interval=1, what="both JobSets Completed")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; {await _state(tenant_api, tenant_ns)}") from None
 
 
 def gated_pod(name: str, seconds: int) -> dict[str, Any]:
