@@ -212,9 +212,10 @@ async def _explain_pod(rest: Rest, pod: Obj, grouped: bool = True) -> Verdict:
         cond = next((c for c in st.get("conditions") or [] if c.get("type") == "PodScheduled"), None)
         if cond is not None and cond.get("status") == "False" and spec.get("schedulerName") != "kube-ferry":
             told = await _latest_event(rest, meta["namespace"], meta["uid"])
-            if told is not None and told.get("reason") == NO_VIRTUAL_NODE:  # the vnode knows what is missing
-                return Verdict(label, "Pending", NO_VIRTUAL_NODE, told.get("message", ""), "the virtual node",
-                               hint_for(NO_VIRTUAL_NODE, told.get("message", "")))
+            if told is not None and (said := told.get("reason", "")) in (NO_VIRTUAL_NODE, NODE_REFUSES):
+                # the vnode knows what is missing, or is the scheduler that does not bind it now
+                return Verdict(label, "Pending", said, told.get("message", ""), "the virtual node",
+                               hint_for(said, told.get("message", "")))
             reason, message = cond.get("reason", ""), cond.get("message", "")
             return Verdict(label, "Pending", reason, message, f"scheduler {spec.get('schedulerName', 'default')}",
                            hint_for(reason, message))

@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from ferry.kube.rest import Rest, path, status_of
+from ferry.kube.rest import STRATEGIC, Rest, path, status_of
 from ferry.kube.workqueue import WorkQueue
 from ferry.whypending import NODE_REFUSES
 from vnode import metrics
@@ -25,6 +25,7 @@ from vnode.events import Recorder
 from vnode.gangs import Gangs
 from vnode.node import TAINTS
 from vnode.selection import refusal, tolerates_vnode, unschedulable
+from vnode.status import unschedulable_condition
 from vnode.translate import KUEUE_GATES, Bridge, gang_of, node_for
 
 Obj = dict[str, Any]
@@ -175,9 +176,23 @@ class Binder:
                                      f"the virtual node {node} takes no new pods now: {why}; the pod waits until "
                                      f"an admin lifts it (kubectl uncordon {node}, or a toleration on the pod)",
                                      key=f"{NODE_REFUSES}-{uid}")
+            await self._unschedulable(pod, f"0/1 nodes are available: the virtual node {node} takes no new pods "
+                                           f"now: {why}")
             log.info("a pod waits: its virtual node refuses new pods", pod=f"{pod['metadata']['namespace']}/"
                      f"{pod['metadata']['name']}", node=node, why=why)
         return False
+
+    async def _unschedulable(self, pod: Obj, message: str) -> None:
+        """Write the scheduler's verdict on a pod it cannot bind now (the binding, once made, turns it True)."""
+        meta = pod["metadata"]
+        try:
+            await self.tenant.patch(path("", "v1", "pods", meta["namespace"], meta["name"], "status"),
+                                    {"metadata": {"uid": meta["uid"]},
+                                     "status": {"conditions": [unschedulable_condition(message)]}},
+                                    content_type=STRATEGIC)
+        except Exception as exc:
+            if status_of(exc) not in (404, 409):  # deleted, or a new pod of the name
+                raise
 
     def node_changed(self, kind: str, node: Obj) -> None:
         """A virtual node's Node changed: if an admin cordoned or uncordoned it, or changed its taints, look again

@@ -19,7 +19,7 @@ import structlog
 from ferry.aio import wait_event
 from ferry.keys import PREFIX
 from ferry.kube import quantity
-from ferry.kube.rest import Rest, path, status_of
+from ferry.kube.rest import STRATEGIC, Rest, path, status_of
 from ferry.kube.timestamps import now
 from vnode.caches import Caches
 from vnode.config import LABEL_VALUE
@@ -283,7 +283,7 @@ class VirtualNode:
             return
         await self.rest.patch(path("", "v1", "nodes", None, self.name, "status"),
                               {"status": self._status(cap, reachable, why, denied is None, denied)},
-                              content_type="application/strategic-merge-patch+json")
+                              content_type=STRATEGIC)
         ref = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.name, "uid": self._uid}}
         if (self._reported is None or self._reported[2]) and denied is not None:
             await self.events.emit(ref, "Warning", "TenantAccessDenied" if forbidden(denied) else "TenantAPIFailing",

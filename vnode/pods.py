@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 
 from ferry.keys import POD_GROUP_LABEL
-from ferry.kube.rest import Rest, message_of, path, status_of
+from ferry.kube.rest import STRATEGIC, Rest, message_of, path, status_of
 from ferry.kube.timestamps import now
 from ferry.kube.workqueue import WorkQueue
 from vnode import metrics, naming, status
@@ -41,7 +41,6 @@ log = structlog.get_logger("ferry.vnode.pods")
 PREEMPTED = "the Kube-Ferry scheduler preempted this pod's job in the compute cluster"
 SETTLE_S = 3.0  # how long a fresh compute pod may wait for the scheduler before Pending is written upstream
 SETTLE_BOUND_S = 10.0  # ... and, once bound to a node, for its containers to start
-STRATEGIC = "application/strategic-merge-patch+json"
 REPATCH_S = 60.0  # a label patch the compute side undid is sent again after this long, not at once
 
 

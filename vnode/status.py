@@ -50,6 +50,13 @@ def forwarded_condition(pod: Obj) -> Obj:
     return _forwarded_condition(pod.get("status", {}))
 
 
+def unschedulable_condition(message: str) -> Obj:
+    """What kube-scheduler writes on a pod it found no node for (``PodScheduled=False``, ``Unschedulable``): a
+    pod the virtual node does not take says so where tools and ``kubectl describe`` look, not only in an Event."""
+    return {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+            "lastTransitionTime": now()}
+
+
 def _forwarded_condition(old: Obj) -> Obj:
     prior = conditions(old).get(FORWARDED)
     if prior and prior.get("status") == "True":

@@ -23,6 +23,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 Obj = dict[str, Any]
 MERGE = "application/merge-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"  # lists merged by key (a pod's conditions by type)
 JSON = "application/json"
 
 

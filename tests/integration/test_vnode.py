@@ -1396,10 +1396,25 @@ async def test_kubectl_drain_of_the_virtual_node_moves_a_deployment_off_and_its_
 
         again = await eventually(told, timeout=30, what="the Deployment's new pods told why they wait")
         assert all(not p.spec.node_name and p.status.phase == "Pending" for p in again)
-        verdict = await explain(Rest(tenant_api), tenant_ns, again[0].metadata.name)  # `kubectl ferry why-pending`
-        assert verdict.reason == "VirtualNodeUnschedulable", verdict
-        assert verdict.message.startswith(f"the virtual node {node} takes no new pods now: it is cordoned"), verdict
-        assert verdict.hint.startswith("an admin has cordoned or tainted the virtual node"), verdict
+        for p in again:  # and as kube-scheduler says it, where `kubectl describe` and tools look
+            said = await eventually(lambda n=p.metadata.name: _scheduled_condition(core, tenant_ns, n), timeout=10,
+                                    what=f"{p.metadata.name}'s PodScheduled condition")
+            assert (said.status, said.reason) == ("False", "Unschedulable"), said
+            assert f"the virtual node {node} takes no new pods now: it is cordoned" in said.message, said
+        # `kubectl ferry why-pending`, for this pod of scheduler kube-ferry and for one of another scheduler the
+        # vnode plays (whose PodScheduled condition why-pending reads first)
+        plain = operator_pod("plain", scheduler="scheduler-plugins-scheduler")
+        plain["spec"].pop("priorityClassName")
+        await core.create_namespaced_pod(tenant_ns, plain)
+        for name in (again[0].metadata.name, "plain"):
+            async def explained(n: str = name) -> Any | None:  # once the vnode's Event is there
+                verdict = await explain(Rest(tenant_api), tenant_ns, n)
+                return verdict if verdict.reason == "VirtualNodeUnschedulable" else None
+
+            verdict = await eventually(explained, timeout=30, what=f"why-pending of {name}")
+            assert verdict.message.startswith(f"the virtual node {node} takes no new pods now: it is cordoned"), verdict
+            assert verdict.hint.startswith("an admin has cordoned or tainted the virtual node"), verdict
+        await core.delete_namespaced_pod("plain", tenant_ns, grace_period_seconds=0)
         assert (await core.read_namespaced_pod("bystander", tenant_ns)).status.phase == "Running"
     finally:
         await core.patch_node(node, {"spec": {"unschedulable": False}})
@@ -1409,6 +1424,11 @@ async def test_kubectl_drain_of_the_virtual_node_moves_a_deployment_off_and_its_
         return len(pods) == 2 and all(p.status.phase == "Running" for p in pods)
 
     await eventually(running_again, timeout=60, what="the new replicas Running once the node is uncordoned")
+
+
+async def _scheduled_condition(core: client.CoreV1Api, ns: str, name: str) -> Any | None:
+    pod = await core.read_namespaced_pod(name, ns)
+    return next((c for c in pod.status.conditions or [] if c.type == "PodScheduled"), None)
 
 
 async def test_a_deployment_whose_replicas_spread_over_racks_runs_one_per_rack(
