@@ -208,6 +208,13 @@ async def live_copies(compute_api: client.ApiClient, tenant_ns: str) -> list[Any
     return [p for p in await compute_copies(compute_api, tenant_ns) if p.metadata.deletion_timestamp is None]
 
 
+async def running_copies(compute_api: client.ApiClient, tenant_ns: str, count: int) -> list[Any] | None:
+    """The ``live_copies`` of tenant namespace ``tenant_ns``, once there are ``count`` and each is Running with
+    an address (for ``eventually``)."""
+    pods = await live_copies(compute_api, tenant_ns)
+    return pods if len(pods) == count and all(p.status.phase == "Running" and p.status.pod_ip for p in pods) else None
+
+
 async def running_pods(core: client.CoreV1Api, ns: str, count: int) -> list[Any] | None:
     """The namespace's ``count`` pods, if that many are there (not being deleted) and all Running."""
     pods = [p for p in (await core.list_namespaced_pod(ns)).items if p.metadata.deletion_timestamp is None]

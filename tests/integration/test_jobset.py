@@ -30,6 +30,7 @@ from tests.helpers import (
     live_copies,
     racks_of_groups,
     resolve,
+    running_copies,
     url_webhook,
 )
 from vnode.dnsserver import PeerDNS
@@ -96,12 +97,8 @@ async def test_a_jobsets_pods_find_each_other_by_its_names_and_it_completes(
     await jobs.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", tenant_ns, "jobsets",
                                                jobset("ring", pods=2, duration="30s"))
 
-    async def running() -> dict[str, Any] | None:
-        pods = [p for p in await compute_copies(compute_api, tenant_ns)
-                if p.status.phase == "Running" and p.status.pod_ip]
-        return {p.spec.hostname: p for p in pods} if len(pods) == 2 else None
-
-    pods = await eventually(running, timeout=90, what="the JobSet's 2 pods Running in the compute cluster")
+    pods = {p.spec.hostname: p for p in await eventually(lambda: running_copies(compute_api, tenant_ns, 2), timeout=90,
+                                                         what="the JobSet's 2 pods Running in the compute cluster")}
     assert sorted(pods) == ["ring-workers-0-0", "ring-workers-0-1"], sorted(pods)
     assert all(p.metadata.annotations[UPSTREAM_NAME_ANNOTATION].startswith("ring-workers-0-") for p in pods.values())
     first, second = pods["ring-workers-0-0"], pods["ring-workers-0-1"]

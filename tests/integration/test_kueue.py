@@ -34,7 +34,7 @@ from ferry.binaries.clients import KUEUE, ensure_operator
 from ferry.cluster.gpunodes import DEFAULT_MODEL, MODEL_LABEL
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
-from tests.helpers import controller_with_webhooks, eventually, install_crd, live_copies, url_webhook
+from tests.helpers import controller_with_webhooks, eventually, install_crd, running_copies, url_webhook
 from tests.integration.test_gpu_pools import POOL_KEY, copies_gone, pooled_vnode
 from tests.integration.test_jobset import jobset, jobset_controller  # noqa: F401 (a fixture: Kueue admits JobSets)
 from tests.integration.test_vnode import compute_pod_of
@@ -236,12 +236,9 @@ async def test_kueue_admits_a_tenants_jobsets_whole_by_its_quota_and_they_run_th
         pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "4"
         await custom.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", tenant_ns, "jobsets", body)
 
-    async def one_running() -> list[Any] | None:
-        copies = await live_copies(compute_api, tenant_ns)
-        return copies if len(copies) == 2 and all(c.status.phase == "Running" for c in copies) else None
-
     try:
-        copies = await eventually(one_running, timeout=90, what="one admitted JobSet's 2 pods Running")
+        copies = await eventually(lambda: running_copies(compute_api, tenant_ns, 2), timeout=90,
+                                  what="one admitted JobSet's 2 pods Running")
     except AssertionError as exc:
         raise AssertionError(f"{exc}; {await _state(tenant_api, tenant_ns)}") from None
     running = {c.metadata.labels["jobset.sigs.k8s.io/jobset-name"] for c in copies}

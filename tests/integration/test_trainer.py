@@ -33,6 +33,7 @@ from tests.helpers import (
     install_crd,
     live_copies,
     resolve,
+    running_copies,
     url_webhook,
 )
 from tests.integration.test_jobset import TOLERATION, jobset_controller  # noqa: F401 (a fixture: Trainer makes JobSets)
@@ -133,12 +134,8 @@ async def test_a_trainjob_runs_as_one_gang_its_nodes_find_the_master_and_it_comp
         gang_runtime(trainer_controller / "torch_distributed.yaml", "torch-gang", {"node": "15s"}))
     await created(objects, tenant_ns, train_job("llm", "torch-gang", "TrainingRuntime", nodes=2, gpus=2))
 
-    async def running() -> dict[str, Any] | None:
-        pods = [p for p in await compute_copies(compute_api, tenant_ns)
-                if p.status.phase == "Running" and p.status.pod_ip]
-        return {p.spec.hostname: p for p in pods} if len(pods) == 2 else None
-
-    pods = await eventually(running, timeout=120, what="the TrainJob's 2 nodes Running in the compute cluster")
+    pods = {p.spec.hostname: p for p in await eventually(lambda: running_copies(compute_api, tenant_ns, 2), timeout=120,
+                                                         what="the TrainJob's 2 nodes Running in the compute cluster")}
     assert sorted(pods) == ["llm-node-0-0", "llm-node-0-1"], sorted(pods)
     # Trainer's gang (minMember from the runtime's pods) is one gang of the compute cluster.
     group = await objects.get_namespaced_custom_object("scheduling.x-k8s.io", "v1alpha1", tenant_ns, "podgroups", "llm")
@@ -173,11 +170,9 @@ async def test_an_mpi_trainjob_reaches_its_nodes_by_trainers_hostfile_with_the_s
     await created(objects, tenant_ns, train_job("pi", "ds", "TrainingRuntime", nodes=3, gpus=1,
                                                 jobs=("launcher", "node")))
 
-    async def running() -> dict[str, Any] | None:
-        pods = [p for p in await live_copies(compute_api, tenant_ns) if p.status.phase == "Running" and p.status.pod_ip]
-        return {p.metadata.annotations[UPSTREAM_NAME_ANNOTATION]: p for p in pods} if len(pods) == 3 else None
-
-    pods = await eventually(running, timeout=120, what="the launcher and 2 nodes Running in the compute cluster")
+    pods = {p.metadata.annotations[UPSTREAM_NAME_ANNOTATION]: p for p in await eventually(
+        lambda: running_copies(compute_api, tenant_ns, 3), timeout=120,
+        what="the launcher and 2 nodes Running in the compute cluster")}
     assert len({p.metadata.labels["kubeferry.io/pod-group"] for p in pods.values()}) == 1, "one gang"
     # What Trainer made for mpirun reaches every copy as it is upstream.
     keys = (await core.read_namespaced_secret("pi-mpi-ssh-auth", tenant_ns)).data
@@ -266,18 +261,16 @@ async def test_a_trainjob_on_the_releases_runtime_is_validated_suspended_resumed
     assert refused.value.status == 403 and "must not have reserved envs" in str(refused.value.body), refused.value
     await created(objects, tenant_ns, train_job("ft", "torch-distributed", "ClusterTrainingRuntime", nodes=2, gpus=1))
 
-    async def running(count: int) -> bool:
-        pods = await live_copies(compute_api, tenant_ns)
-        return len(pods) == count and all(p.status.phase == "Running" for p in pods)
-
-    await eventually(lambda: running(2), timeout=90, what="the TrainJob's 2 nodes Running in the compute cluster")
+    await eventually(lambda: running_copies(compute_api, tenant_ns, 2), timeout=90,
+                     what="the TrainJob's 2 nodes Running in the compute cluster")
     await objects.patch_namespaced_custom_object(*API, tenant_ns, "trainjobs", "ft",
                                                  [{"op": "add", "path": "/spec/suspend", "value": True}])
     await eventually(lambda: _nothing_left(compute_api, tenant_ns), timeout=60,
                      what="the suspended TrainJob's nodes gone from the compute cluster")
     await objects.patch_namespaced_custom_object(*API, tenant_ns, "trainjobs", "ft",
                                                  [{"op": "replace", "path": "/spec/suspend", "value": False}])
-    await eventually(lambda: running(2), timeout=90, what="the resumed TrainJob's 2 nodes Running again")
+    await eventually(lambda: running_copies(compute_api, tenant_ns, 2), timeout=90,
+                     what="the resumed TrainJob's 2 nodes Running again")
     await objects.delete_namespaced_custom_object(*API, tenant_ns, "trainjobs", "ft",
                                                   body={"propagationPolicy": "Foreground"})
     await eventually(lambda: _nothing_left(compute_api, tenant_ns), timeout=60,
