@@ -116,6 +116,28 @@ def logged_process(cmd: list[str], env: dict[str, str], log_path: Path) -> Itera
         proc.wait(timeout=30)
 
 
+def with_files_at(files: dict[Path, bytes], layers: Path, command: list[str]) -> list[str]:
+    """``command`` run in a mount namespace of its own where each of ``files`` is at its path, as a kubelet
+    mounts a Secret: for a program that reads a file at a fixed path no flag moves (Kueue's metrics
+    certificate under /etc, controller-runtime's default webhook certificate under /tmp). Nothing is written
+    at those paths on this machine: the nearest directory above each that exists is overlaid, in that
+    namespace only, with a layer (under ``layers``) holding the files."""
+    roots: dict[Path, Path] = {}  # a directory overlaid -> its layer
+    script = []
+    for path, data in files.items():
+        root = next(p for p in path.parents if p.is_dir())
+        layer = roots.setdefault(root, layers / f"layer-{len(roots)}")
+        (layer / "upper" / path.relative_to(root)).parent.mkdir(parents=True, exist_ok=True)
+        (layer / "upper" / path.relative_to(root)).write_bytes(data)
+    for root, layer in roots.items():
+        (layer / "work").mkdir(exist_ok=True)
+        script.append(f"mount -t overlay overlay -o lowerdir={root},upperdir={layer / 'upper'},"
+                      f"workdir={layer / 'work'} {root}")
+    user = [] if os.geteuid() == 0 else ["--map-root-user"]  # an unprivileged user's own namespace
+    return ["unshare", "--mount", "--propagation", "private", *user, "sh", "-ec",
+            " && ".join([*script, 'exec "$@"']), "sh", *command]
+
+
 def url_webhook(port: int, ca: bytes, name: str, url_path: str, rule: dict[str, Any],
                 selector: dict[str, Any] | None = None) -> dict[str, Any]:
     """One webhook of a configuration, called by URL on this host, as ``controller_with_webhooks`` serves it."""
@@ -132,25 +154,28 @@ def url_webhook(port: int, ca: bytes, name: str, url_path: str, rule: dict[str, 
 def controller_with_webhooks(binary: Path, config_api: str, settings: dict[str, Any], kubeconfig: Path,
                              kubectl: list[str], work: Path, webhooks: Callable[[int, bytes], list[dict[str, Any]]],
                              args: tuple[str, ...] = (), *, cert_management: str = "internalCertManagement",
-                             cert_dir: Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
-    """A controller-runtime controller (JobSet's, LeaderWorkerSet's, Trainer's) against ``kubeconfig``,
-    configured by a ``config_api`` Configuration file (``settings`` added to it; ``cert_management`` is its
-    name for the certificates it would make itself, turned off), its admission webhooks served by the
-    process and called by URL with a certificate issued here (local planes have no cluster network, as
-    envtest does): ``webhooks(port, ca)`` gives the configurations, registered once the controller runs
-    and removed after, as its pod webhooks would refuse its pods once nobody serves them. The certificate
-    goes where the configuration says, or to ``cert_dir`` for a controller whose configuration cannot say
-    (removed after)."""
+                             names_cert_dir: bool = True, fixed_cert_dirs: tuple[Path, ...] = (),
+                             ) -> Iterator[subprocess.Popen[bytes]]:
+    """A controller-runtime controller (JobSet's, LeaderWorkerSet's, Trainer's, Kueue's) against
+    ``kubeconfig``, configured by a ``config_api`` Configuration file (``settings`` added to it;
+    ``cert_management`` is its name for the certificates it would make itself, turned off), its admission
+    webhooks served by the process and called by URL with a certificate issued here (local planes have no
+    cluster network, as envtest does): ``webhooks(port, ca)`` gives the configurations, registered once the
+    controller runs and removed after, as its pod webhooks would refuse its pods once nobody serves them.
+    The certificate is in the folder the configuration names (unless ``names_cert_dir`` is False: it cannot)
+    and in each of ``fixed_cert_dirs``, where the controller reads one at a path no setting moves (given to
+    it in a mount namespace of its own: ``with_files_at``)."""
     ca = certs.new_ca(f"{binary.name}-webhook-ca")
     serving = certs.issue(ca, "127.0.0.1", ips=("127.0.0.1",), server=True)
-    certificates = cert_dir or work / "certs"
+    pem = {"tls.crt": certs.cert_pem(serving.cert), "tls.key": certs.key_pem(serving.key)}
+    certificates = work / "certs"
     certificates.mkdir(parents=True, exist_ok=True)
-    (certificates / "tls.crt").write_bytes(certs.cert_pem(serving.cert))
-    (certificates / "tls.key").write_bytes(certs.key_pem(serving.key))
+    for name, data in pem.items():
+        (certificates / name).write_bytes(data)
     port = free_port()
     config = work / "config.yaml"
     webhook: dict[str, Any] = {"port": port, "host": "127.0.0.1"}
-    if cert_dir is None:
+    if names_cert_dir:
         webhook["certDir"] = str(certificates)
     config.write_text(yaml.safe_dump({
         "apiVersion": config_api, "kind": "Configuration",
@@ -158,7 +183,11 @@ def controller_with_webhooks(binary: Path, config_api: str, settings: dict[str, 
         "metrics": {"bindAddress": "0"}, "health": {"healthProbeBindAddress": "0"}, **settings}))
     log_path = work / "controller.log"
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-    with logged_process([str(binary), f"--config={config}", *args], env, log_path) as proc:
+    command = [str(binary), f"--config={config}", *args]
+    if fixed_cert_dirs:
+        command = with_files_at({d / name: data for d in fixed_cert_dirs for name, data in pem.items()},
+                                work / "mounted", command)
+    with logged_process(command, env, log_path) as proc:
         wait_sync(lambda: b"Starting workers" in log_path.read_bytes() or proc.poll() is not None, 90,
                   f"{binary.name} to start (log: {log_path})")
         assert proc.poll() is None, log_path.read_text()[-3000:]
@@ -171,9 +200,6 @@ def controller_with_webhooks(binary: Path, config_api: str, settings: dict[str, 
             for m in manifests:
                 subprocess.run([*kubectl, "delete", m["kind"].lower(), m["metadata"]["name"], "--ignore-not-found"],
                                check=False, capture_output=True)
-            if cert_dir is not None:
-                for written in ("tls.crt", "tls.key"):
-                    (cert_dir / written).unlink(missing_ok=True)
 
 
 def vnode_metrics(vnode: Component) -> dict[str, float]:

@@ -60,7 +60,8 @@ async def api_endpoint(host: str, port: int) -> tuple[dict[str, Any], dict[str, 
 
 
 async def _served(rest: Rest, group_version: str) -> bool:
-    """Whether the tenant apiserver serves an API group version (discovery needs no extra rights)."""
+    """Whether the tenant apiserver serves an API group version, or a group in any version (discovery needs
+    no extra rights)."""
     return await rest.get_or_none(f"/apis/{group_version}") is not None
 
 
@@ -344,7 +345,7 @@ async def main(cfg: VnodeConfig) -> None:
     crds = set()
     for gv, name in (("scheduling.volcano.sh/v1beta1", "podgroups.scheduling.volcano.sh"),
                      ("scheduling.x-k8s.io/v1alpha1", "podgroups.scheduling.x-k8s.io"),
-                     ("kueue.x-k8s.io/v1beta1", KUEUE_WORKLOADS)):
+                     ("kueue.x-k8s.io", KUEUE_WORKLOADS)):  # any version (v1beta2 from Kueue v0.15)
         if await _served(tenant, gv):
             crds.add(name)
     vnode = Vnode(cfg, tenant, compute, crds)

@@ -50,7 +50,7 @@ JOBSET = OperatorSource("JobSet controller", "sigs.k8s.io/jobset", "v0.11.0", "j
 LEADER_WORKER_SET = OperatorSource("LeaderWorkerSet controller", "sigs.k8s.io/lws", "v0.7.0", "lws", "./cmd",
                                    "config/crd/bases", "kube-api-qps")
 # Kueue: quota and admission of a tenant's batch Jobs (it suspends a Job until its ClusterQueue admits it).
-KUEUE = OperatorSource("Kueue controller", "sigs.k8s.io/kueue", "v0.10.6", "kueue", "./cmd/kueue",
+KUEUE = OperatorSource("Kueue controller", "sigs.k8s.io/kueue", "v0.17.0", "kueue", "./cmd/kueue",
                        "config/components/crd/bases", "feature-gates")
 # What `kubectl top` reads: an aggregated API (metrics.k8s.io) over the kubelets' /metrics/resource; the
 # tenant's scrapes the virtual node, which serves its pods' usage from the compute cluster's.

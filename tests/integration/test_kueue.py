@@ -1,4 +1,4 @@
-"""An unmodified Kueue (v0.10.6, built from its Go module) in a tenant cluster, installed after the virtual
+"""An unmodified Kueue (v0.17.0, built from its Go module) in a tenant cluster, installed after the virtual
 node started (as an admin adds it to a running cluster): the tenant's own quota decides which of its jobs
 may start, and the admitted ones run through the virtual node.
 
@@ -37,14 +37,23 @@ from ferry.cluster.process import Component
 from tests.helpers import controller_with_webhooks, eventually, install_crd, running_copies, url_webhook
 from tests.integration.test_gpu_pools import POOL_KEY, copies_gone, pooled_vnode
 from tests.integration.test_jobset import jobset, jobset_controller  # noqa: F401 (a fixture: Kueue admits JobSets)
+from tests.integration.test_trainer import API as TRAINER_API
+from tests.integration.test_trainer import (
+    created,
+    install_trainer_crds,
+    train_job,
+    trainer_controller,  # noqa: F401 (a fixture: Kueue admits TrainJobs)
+    trainjob_complete,
+)
 from tests.integration.test_vnode import compute_pod_of
 
 TENANT = "tenant-1"
-GROUP, VERSION = "kueue.x-k8s.io", "v1beta1"
+GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 NODE = f"ferry-{TENANT}"
 TOLERATION = {"key": "virtual-kubelet.io/provider", "operator": "Exists", "effect": "NoSchedule"}
 WEBHOOKS = ("kueue-ferry-test-mutating", "kueue-ferry-test-validating")
+METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")  # read at its start unless it makes its own certificates
 CLUSTER_QUEUE, FLAVOR = "ferry-test-gpus", "ferry-test-shared"
 # a flavor of one GPU model, as admins write them (GPU feature discovery's and Kube-Ferry's labels), met by the
 # virtual node, which carries the labels its compute GPU nodes share
@@ -58,7 +67,8 @@ def webhook_configurations(port: int, ca: bytes) -> list[dict[str, Any]]:
     queued = {"matchExpressions": [{"key": QUEUE_LABEL, "operator": "Exists"}]}
 
     def rule(group: str, resources: list[str], *operations: str) -> dict[str, Any]:
-        version = {"": "v1", "batch": "v1", "jobset.x-k8s.io": "v1alpha2"}.get(group, VERSION)
+        version = {"": "v1", "batch": "v1", "jobset.x-k8s.io": "v1alpha2", TRAINER_API[0]: TRAINER_API[1]}.get(
+            group, VERSION)
         return {"apiGroups": [group], "apiVersions": [version],
                 "resources": resources, "operations": list(operations)}
 
@@ -70,6 +80,8 @@ def webhook_configurations(port: int, ca: bytes) -> list[dict[str, Any]]:
                       hook("mjob.kb.io", "/mutate-batch-v1-job", rule("batch", ["jobs"], "CREATE"), queued),
                       hook("mjobset.kb.io", "/mutate-jobset-x-k8s-io-v1alpha2-jobset",
                            rule("jobset.x-k8s.io", ["jobsets"], "CREATE"), queued),
+                      hook("mtrainjob.kb.io", "/mutate-trainer-kubeflow-org-v1alpha1-trainjob",
+                           rule(TRAINER_API[0], ["trainjobs"], "CREATE"), queued),
                       *(hook(f"m{kind}.kb.io", f"/mutate-{mine}-{kind}", rule(GROUP, [f"{kind}s"], "CREATE"))
                         for kind in ("clusterqueue", "resourceflavor", "workload"))]},
         {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
@@ -79,6 +91,8 @@ def webhook_configurations(port: int, ca: bytes) -> list[dict[str, Any]]:
                            queued),
                       hook("vjobset.kb.io", "/validate-jobset-x-k8s-io-v1alpha2-jobset",
                            rule("jobset.x-k8s.io", ["jobsets"], "CREATE", "UPDATE"), queued),
+                      hook("vtrainjob.kb.io", "/validate-trainer-kubeflow-org-v1alpha1-trainjob",
+                           rule(TRAINER_API[0], ["trainjobs"], "CREATE", "UPDATE"), queued),
                       hook("vclusterqueue.kb.io", f"/validate-{mine}-clusterqueue",
                            rule(GROUP, ["clusterqueues"], "CREATE", "UPDATE")),
                       hook("vresourceflavor.kb.io", f"/validate-{mine}-resourceflavor",
@@ -92,22 +106,26 @@ def webhook_configurations(port: int, ca: bytes) -> list[dict[str, Any]]:
 def kueue(planes: ControlPlanes, binaries: Binaries, vnodes: dict[str, Component],
           jobset_controller: subprocess.Popen[bytes],  # noqa: F811 (the fixture imported above)
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
-    """Kueue's CRDs in tenant-1 and its controller running (batch Jobs, plain pods and JobSets, whose
-    controller runs first), a ResourceFlavor for the virtual node and a ClusterQueue of 8 GPUs; yields the
-    kubectl command for tenant-1."""
+    """Kueue's CRDs in tenant-1 and its controller running (batch Jobs, plain pods, JobSets, whose
+    controller runs first, and Trainer's TrainJobs, whose API is there first: Kueue sets an integration up
+    at its start, or later when it polls, backing off), a ResourceFlavor for the virtual node and a
+    ClusterQueue of 8 GPUs; yields the kubectl command for tenant-1."""
     op = ensure_operator(KUEUE)
     kubeconfig = planes.kubeconfig(TENANT)
     kubectl = [str(binaries.path("kubectl")), f"--kubeconfig={kubeconfig}"]
     crds = sorted(op.crds.glob("*.yaml"))
+    install_trainer_crds(kubectl)
     for crd in crds:
         install_crd(kubectl, crd, _resource(crd))
     subprocess.run([*kubectl, "create", "namespace", "kueue-system"], check=False, capture_output=True)
     settings = {"namespace": "kueue-system", "manageJobsWithoutQueueName": False,
-                "integrations": {"frameworks": ["batch/job", "pod", "jobset.x-k8s.io/jobset"]}}
+                "integrations": {"frameworks": ["batch/job", "pod", "jobset.x-k8s.io/jobset",
+                                                "trainer.kubeflow.org/trainjob"]}}
     try:
         with controller_with_webhooks(op.binary, f"config.{GROUP}/{VERSION}", settings, kubeconfig, kubectl,
                                       tmp_path_factory.mktemp("kueue"), webhook_configurations,
-                                      args=("--feature-gates=VisibilityOnDemand=false",)):
+                                      args=("--feature-gates=VisibilityOnDemand=false",),
+                                      fixed_cert_dirs=(METRICS_CERT_DIR,)):
             objects = [
                 {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceFlavor", "metadata": {"name": FLAVOR},
                  "spec": {"nodeLabels": FLAVOR_LABELS, "tolerations": [TOLERATION]}},
@@ -260,6 +278,44 @@ async def test_kueue_admits_a_tenants_jobsets_whole_by_its_quota_and_they_run_th
 
     try:
         await eventually(both_completed, timeout=120, interval=1, what="both JobSets Completed")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; {await _state(tenant_api, tenant_ns)}") from None
+
+
+async def test_kueue_admits_a_tenants_trainjobs_whole_by_its_quota_and_they_run_through_the_virtual_node(
+        kueue: list[str], trainer_controller: Path,  # noqa: F811 (the fixture imported above)
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """Kubeflow's documented stack, Kueue over Trainer: two TrainJobs of two 4-GPU nodes on the release's torch
+    runtime in a LocalQueue of 8 GPUs, naming no toleration. Kueue admits one whole: its runtime patch gives the
+    nodes the flavor's node labels and toleration, the tenant's kube-scheduler binds them to the virtual node
+    and their copies run; the other TrainJob stays suspended, with no pod, until the first completes."""
+    await _local_queue(tenant_api, tenant_ns)
+    objects = client.CustomObjectsApi(tenant_api)
+    for name in ("first", "second"):
+        job = train_job(name, "torch-distributed", "ClusterTrainingRuntime", nodes=2, gpus=4,
+                        annotations={"kubeferry.io/sim-duration": "10s"}, tolerated=False)
+        job["metadata"]["labels"] = {QUEUE_LABEL: "team"}
+        await created(objects, tenant_ns, job)
+
+    try:
+        copies = await eventually(lambda: running_copies(compute_api, tenant_ns, 2), timeout=90,
+                                  what="one admitted TrainJob's 2 nodes Running")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; {await _state(tenant_api, tenant_ns)}") from None
+    running = {c.metadata.labels["jobset.sigs.k8s.io/jobset-name"] for c in copies}
+    assert len(running) == 1, running  # whole, and one at a time
+    waiting = ({"first", "second"} - running).pop()
+    held = await objects.get_namespaced_custom_object(*TRAINER_API, tenant_ns, "trainjobs", waiting)
+    assert held["spec"].get("suspend") is True, held["spec"]
+    for pod in (await client.CoreV1Api(tenant_api).list_namespaced_pod(tenant_ns)).items:
+        assert pod.spec.node_name == NODE and pod.spec.node_selector == FLAVOR_LABELS, pod.spec
+        assert pod.metadata.labels["jobset.sigs.k8s.io/jobset-name"] in running, pod.metadata.name
+
+    async def both_complete() -> bool:
+        return all([await trainjob_complete(objects, tenant_ns, name) for name in ("first", "second")])
+
+    try:
+        await eventually(both_complete, timeout=120, interval=1, what="both TrainJobs Complete")
     except AssertionError as exc:
         raise AssertionError(f"{exc}; {await _state(tenant_api, tenant_ns)}") from None
 

@@ -7,7 +7,8 @@ TrainJob completes when they do.
 
 Trainer's admission webhooks (a defaulter and validators) are served by the process and called by URL with
 a certificate the test issues (test_jobset.py's way); Trainer's configuration cannot say where that
-certificate is, so it goes where controller-runtime reads one by default."""
+certificate is, so the process finds it where controller-runtime reads one by default, in a mount namespace
+of its own (nothing is written there on this machine)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from ferry.binaries import Binaries
-from ferry.binaries.clients import TRAINER, ensure_operator
+from ferry.binaries.clients import TRAINER, Operator, ensure_operator
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
 from tests.helpers import (
@@ -75,17 +76,23 @@ def trainer_controller(planes: ControlPlanes, binaries: Binaries, vnodes: dict[s
                        tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Trainer's controller manager watching every namespace of tenant-1, its webhooks registered, and the
     release's torch runtime applied through them. Yields the release's runtimes (kept from its module)."""
-    op = ensure_operator(TRAINER)
     kubeconfig = planes.kubeconfig(TENANT)
     kubectl = [str(binaries.path("kubectl")), f"--kubeconfig={kubeconfig}"]
-    for plural in CRDS:
-        install_crd(kubectl, op.crds / f"trainer.kubeflow.org_{plural}.yaml", f"{plural}.trainer.kubeflow.org")
+    op = install_trainer_crds(kubectl)
     with controller_with_webhooks(op.binary, "config.trainer.kubeflow.org/v1alpha1", {}, kubeconfig, kubectl,
                                   tmp_path_factory.mktemp("trainer"), webhook_configurations,
-                                  cert_management="certManagement", cert_dir=CERT_DIR):
+                                  cert_management="certManagement", names_cert_dir=False, fixed_cert_dirs=(CERT_DIR,)):
         subprocess.run([*kubectl, "apply", "-f", str(op.manifests / "torch_distributed.yaml")], check=True,
                        capture_output=True)
         yield op.manifests
+
+
+def install_trainer_crds(kubectl: list[str]) -> Operator:
+    """Trainer's CRDs in the cluster ``kubectl`` reaches (left there: installing is idempotent); its build."""
+    op = ensure_operator(TRAINER)
+    for plural in CRDS:
+        install_crd(kubectl, op.crds / f"trainer.kubeflow.org_{plural}.yaml", f"{plural}.trainer.kubeflow.org")
+    return op
 
 
 def gang_runtime(shipped: Path, name: str, durations: dict[str, str]) -> dict[str, Any]:
@@ -111,10 +118,11 @@ def as_training_runtime(shipped: Path, name: str) -> dict[str, Any]:
 
 
 def train_job(name: str, runtime: str, kind: str, nodes: int, gpus: int, jobs: tuple[str, ...] = ("node",),
-              annotations: dict[str, str] | None = None) -> dict[str, Any]:
+              annotations: dict[str, str] | None = None, tolerated: bool = True) -> dict[str, Any]:
     """A TrainJob as Trainer's examples write one, and a runtime patch of the tenant's giving the pods of
-    ``jobs`` the virtual node's toleration (and ``annotations``)."""
-    pod: dict[str, Any] = {"spec": {"tolerations": [TOLERATION]}}
+    ``jobs`` the virtual node's toleration (unless ``tolerated`` is False: a Kueue flavor brings it) and
+    ``annotations``."""
+    pod: dict[str, Any] = {"spec": {"tolerations": [TOLERATION]}} if tolerated else {}
     if annotations:
         pod["metadata"] = {"annotations": annotations}
     patch = {"manager": PATCHER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
@@ -151,7 +159,7 @@ async def test_a_trainjob_runs_as_one_gang_its_nodes_find_the_master_and_it_comp
     await eventually(lambda: _resolves(peer_dns, pods["llm-node-0-1"], "llm-node-0-0.llm",
                                        [pods["llm-node-0-0"].status.pod_ip]), timeout=10,
                      what="llm-node-0-0.llm from llm-node-0-1")
-    await eventually(lambda: _complete(objects, tenant_ns, "llm"), timeout=120,
+    await eventually(lambda: trainjob_complete(objects, tenant_ns, "llm"), timeout=120,
                      what="the TrainJob's condition Complete")
 
 
@@ -194,7 +202,7 @@ async def test_an_mpi_trainjob_reaches_its_nodes_by_trainers_hostfile_with_the_s
     for host in hosts:
         await eventually(lambda h=host: _resolves(peer_dns, launcher_copy, h, [by_host[h.split(".")[0]].status.pod_ip]),
                          timeout=10, what=f"{host} from the launcher")
-    await eventually(lambda: _complete(objects, tenant_ns, "pi"), timeout=120,
+    await eventually(lambda: trainjob_complete(objects, tenant_ns, "pi"), timeout=120,
                      what="the TrainJob's condition Complete once its launcher ended")
 
     async def nodes_stopped() -> bool:  # JobSet deletes the Jobs still running once it is done
@@ -243,7 +251,7 @@ async def test_a_torchtune_trainjobs_initializers_then_its_node_run_on_one_claim
     for stage, copy in seen.items():
         assert [v.persistent_volume_claim.claim_name for v in copy.spec.volumes if v.persistent_volume_claim] == [
             compute_claim], stage
-    await eventually(lambda: _complete(objects, tenant_ns, "tune"), timeout=120,
+    await eventually(lambda: trainjob_complete(objects, tenant_ns, "tune"), timeout=120,
                      what="the TrainJob's condition Complete")
 
 
@@ -292,7 +300,7 @@ async def created(objects: client.CustomObjectsApi, ns: str, job: dict[str, Any]
     await eventually(accepted, timeout=30, what=f"TrainJob {job['metadata']['name']} accepted")
 
 
-async def _complete(objects: client.CustomObjectsApi, ns: str, name: str) -> bool:
+async def trainjob_complete(objects: client.CustomObjectsApi, ns: str, name: str) -> bool:
     job = await objects.get_namespaced_custom_object(*API, ns, "trainjobs", name)
     conditions = (job.get("status") or {}).get("conditions") or []
     return any(c["type"] == "Complete" and c["status"] == "True" for c in conditions)
