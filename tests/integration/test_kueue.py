@@ -50,6 +50,7 @@ from tests.integration.test_vnode import compute_pod_of
 TENANT = "tenant-1"
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"  # a label of a JobSet's pods
 NODE = f"ferry-{TENANT}"
 TOLERATION = {"key": "virtual-kubelet.io/provider", "operator": "Exists", "effect": "NoSchedule"}
 WEBHOOKS = ("kueue-ferry-test-mutating", "kueue-ferry-test-validating")
@@ -239,6 +240,23 @@ async def test_kueue_admits_a_tenants_jobs_by_its_quota_and_they_run_through_the
     assert ran[1][0] >= ran[0][1].replace(microsecond=0), f"the Jobs ran at once, past the quota: {ran}"
 
 
+async def _one_admitted_whole(tenant_api: client.ApiClient, compute_api: client.ApiClient, ns: str, kind: str) -> str:
+    """Of two JobSets (or objects Trainer makes one of) named ``first`` and ``second`` of two 4-GPU pods in
+    a LocalQueue of 8 GPUs: once one's 2 pods run in the compute cluster, asserts that only that one has
+    pods, each bound to the virtual node with the flavor's node labels; returns the other's name."""
+    try:
+        copies = await eventually(lambda: running_copies(compute_api, ns, 2), timeout=90,
+                                  what=f"one admitted {kind}'s 2 pods Running")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; {await _state(tenant_api, ns)}") from None
+    running = {c.metadata.labels[JOBSET_NAME] for c in copies}
+    assert len(running) == 1, running  # whole, and one at a time
+    for pod in (await client.CoreV1Api(tenant_api).list_namespaced_pod(ns)).items:
+        assert pod.spec.node_name == NODE and pod.spec.node_selector == FLAVOR_LABELS, pod.spec
+        assert pod.metadata.labels[JOBSET_NAME] in running, pod.metadata.name
+    return ({"first", "second"} - running).pop()
+
+
 async def test_kueue_admits_a_tenants_jobsets_whole_by_its_quota_and_they_run_through_the_virtual_node(
         kueue: list[str], tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
     """Two JobSets of two 4-GPU pods each in a LocalQueue of 8 GPUs: Kueue admits one JobSet whole (its pods
@@ -254,18 +272,9 @@ async def test_kueue_admits_a_tenants_jobsets_whole_by_its_quota_and_they_run_th
         pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "4"
         await custom.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", tenant_ns, "jobsets", body)
 
-    try:
-        copies = await eventually(lambda: running_copies(compute_api, tenant_ns, 2), timeout=90,
-                                  what="one admitted JobSet's 2 pods Running")
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}; {await _state(tenant_api, tenant_ns)}") from None
-    running = {c.metadata.labels["jobset.sigs.k8s.io/jobset-name"] for c in copies}
-    assert len(running) == 1, running  # whole, and one at a time
-    waiting = ({"first", "second"} - running).pop()
+    waiting = await _one_admitted_whole(tenant_api, compute_api, tenant_ns, "JobSet")
     held = await custom.get_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", tenant_ns, "jobsets", waiting)
     assert held["spec"].get("suspend") is True, held["spec"]
-    for pod in (await client.CoreV1Api(tenant_api).list_namespaced_pod(tenant_ns)).items:
-        assert pod.spec.node_name == NODE and pod.spec.node_selector == FLAVOR_LABELS, pod.spec
 
     async def both_completed() -> list[dict[str, Any]] | None:
         done = []
@@ -297,19 +306,9 @@ async def test_kueue_admits_a_tenants_trainjobs_whole_by_its_quota_and_they_run_
         job["metadata"]["labels"] = {QUEUE_LABEL: "team"}
         await created(objects, tenant_ns, job)
 
-    try:
-        copies = await eventually(lambda: running_copies(compute_api, tenant_ns, 2), timeout=90,
-                                  what="one admitted TrainJob's 2 nodes Running")
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}; {await _state(tenant_api, tenant_ns)}") from None
-    running = {c.metadata.labels["jobset.sigs.k8s.io/jobset-name"] for c in copies}
-    assert len(running) == 1, running  # whole, and one at a time
-    waiting = ({"first", "second"} - running).pop()
+    waiting = await _one_admitted_whole(tenant_api, compute_api, tenant_ns, "TrainJob")
     held = await objects.get_namespaced_custom_object(*TRAINER_API, tenant_ns, "trainjobs", waiting)
     assert held["spec"].get("suspend") is True, held["spec"]
-    for pod in (await client.CoreV1Api(tenant_api).list_namespaced_pod(tenant_ns)).items:
-        assert pod.spec.node_name == NODE and pod.spec.node_selector == FLAVOR_LABELS, pod.spec
-        assert pod.metadata.labels["jobset.sigs.k8s.io/jobset-name"] in running, pod.metadata.name
 
     async def both_complete() -> bool:
         return all([await trainjob_complete(objects, tenant_ns, name) for name in ("first", "second")])
