@@ -7,6 +7,7 @@ import base64
 import dataclasses
 import inspect
 import os
+import shlex
 import socket
 import subprocess
 import time
@@ -129,10 +130,13 @@ def with_files_at(files: dict[Path, bytes], layers: Path, command: list[str]) ->
         layer = roots.setdefault(root, layers / f"layer-{len(roots)}")
         (layer / "upper" / path.relative_to(root)).parent.mkdir(parents=True, exist_ok=True)
         (layer / "upper" / path.relative_to(root)).write_bytes(data)
-    for root, layer in roots.items():
+    # a folder above the layers is overlaid last: a layer seen through an overlay cannot be one
+    around = [root for root in roots if layers.is_relative_to(root)]
+    assert len(around) <= 1, f"the layers ({layers}) are inside more than one overlaid folder: {around}"
+    for root, layer in sorted(roots.items(), key=lambda item: item[0] in around):
         (layer / "work").mkdir(exist_ok=True)
-        script.append(f"mount -t overlay overlay -o lowerdir={root},upperdir={layer / 'upper'},"
-                      f"workdir={layer / 'work'} {root}")
+        options = f"lowerdir={root},upperdir={layer / 'upper'},workdir={layer / 'work'}"
+        script.append(f"mount -t overlay overlay -o {shlex.quote(options)} {shlex.quote(str(root))}")
     user = [] if os.geteuid() == 0 else ["--map-root-user"]  # an unprivileged user's own namespace
     return ["unshare", "--mount", "--propagation", "private", *user, "sh", "-ec",
             " && ".join([*script, 'exec "$@"']), "sh", *command]
