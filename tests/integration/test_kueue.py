@@ -46,11 +46,13 @@ from tests.integration.test_trainer import (
     trainjob_complete,
 )
 from tests.integration.test_vnode import compute_pod_of
+from vnode.naming import UPSTREAM_NAME_ANNOTATION, UPSTREAM_NS_LABEL
 
 TENANT = "tenant-1"
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"  # a label of a JobSet's pods
+KUEUE_POD_GROUP = "kueue.x-k8s.io/pod-group-name"
 NODE = f"ferry-{TENANT}"
 TOLERATION = {"key": "virtual-kubelet.io/provider", "operator": "Exists", "effect": "NoSchedule"}
 WEBHOOKS = ("kueue-ferry-test-mutating", "kueue-ferry-test-validating")
@@ -351,6 +353,52 @@ async def test_kueues_gates_on_plain_pods_are_left_to_kueue_once_it_runs(
                   p.status.container_statuses[0].state.terminated.finished_at) for p in pods)
     assert ran[1][0] >= ran[0][1], f"the pods ran at once, past the quota: {ran}: a Kueue gate was lifted by " \
                                    "someone other than Kueue"
+
+
+async def test_a_kueue_pod_group_is_admitted_whole_and_its_pods_run_as_one_compute_gang(
+        kueue: list[str], tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """Kueue's plain pod groups (pods labelled with one ``kueue.x-k8s.io/pod-group-name``, the group's size in
+    an annotation), of a scheduler the vnode serves: two groups of two 4-GPU pods in a LocalQueue of 8 GPUs.
+    Kueue admits one group whole and lifts its pods' gates; the vnode binds them and makes them one gang of
+    the compute cluster (one compute PodGroup of 2). The other group keeps Kueue's gates, unbound, until the
+    first has ended; then it runs too."""
+    await _local_queue(tenant_api, tenant_ns)
+    core = client.CoreV1Api(tenant_api)
+    for group in ("first", "second"):
+        for i in range(2):
+            pod = gated_pod(f"{group}-{i}", 10)
+            pod["metadata"]["labels"][KUEUE_POD_GROUP] = group
+            pod["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] = "2"
+            pod["spec"]["containers"] = [_container(4)]
+            await core.create_namespaced_pod(tenant_ns, pod)
+
+    try:
+        copies = await eventually(lambda: running_copies(compute_api, tenant_ns, 2), timeout=90,
+                                  what="one admitted pod group's 2 pods Running")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; {await _state(tenant_api, tenant_ns)}") from None
+    running = {c.metadata.annotations[UPSTREAM_NAME_ANNOTATION].rsplit("-", 1)[0] for c in copies}
+    assert len(running) == 1, running  # whole, and one group at a time
+    groups = await client.CustomObjectsApi(compute_api).list_namespaced_custom_object(
+        "scheduling.kubeferry.io", "v1alpha1", TENANT, "podgroups", label_selector=f"{UPSTREAM_NS_LABEL}={tenant_ns}")
+    assert [g["spec"]["minMember"] for g in groups["items"]] == [2], groups["items"]  # one gang of the two
+    waiting = ({"first", "second"} - running).pop()
+    for i in range(2):
+        pod = await core.read_namespaced_pod(f"{waiting}-{i}", tenant_ns)
+        assert pod.spec.node_name is None and "kueue.x-k8s.io/admission" in {
+            g.name for g in pod.spec.scheduling_gates or []}, (pod.spec.node_name, pod.spec.scheduling_gates)
+
+    async def all_succeeded() -> list[Any] | None:
+        pods = (await core.list_namespaced_pod(tenant_ns)).items
+        return pods if len(pods) == 4 and all(p.status.phase == "Succeeded" for p in pods) else None
+
+    try:
+        pods = await eventually(all_succeeded, timeout=120, interval=1, what="the 4 pods Succeeded")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; {await _state(tenant_api, tenant_ns)}") from None
+    ran = {p.metadata.name: p.status.container_statuses[0].state.terminated for p in pods}
+    first_ended = max(ran[f"{g}-{i}"].finished_at for g in running for i in range(2))
+    assert all(ran[f"{waiting}-{i}"].started_at >= first_ended for i in range(2)), f"past the quota: {ran}"
 
 
 async def test_a_flavor_per_gpu_product_runs_each_admitted_job_on_its_products_virtual_node(
