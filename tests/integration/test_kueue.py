@@ -9,11 +9,14 @@ may start, and the admitted ones run through the virtual node.
 - Plain pods (Kueue's pod integration): Kueue's webhook gates each pod (``kueue.x-k8s.io/admission``) and
   lifts the gate on admission. For pods of a scheduler the vnode serves, the vnode binds them, and lifts
   Kueue's gates only where no Kueue runs: it must see that Kueue runs now, though it did not when the vnode
-  started, or the second pod would start beside the first, past the tenant's quota.
+  started, or the second pod would start beside the first, past the tenant's quota. A pod group is
+  admitted whole, and the vnode makes its pods one compute gang.
+- JobSets and TrainJobs (over Trainer's released runtime): admitted whole, suspended until then.
 
 Kueue's admission webhooks are served by the process and called by URL (test_jobset.py's way); the pod and
 Job webhooks see only objects of a LocalQueue, so the other tests' pods never wait for them. Kueue's CRDs
-are removed after the module (the vnode lifts Kueue's gates where no Kueue runs: test_vnode.py)."""
+are removed after the module (the vnode lifts Kueue's gates where no Kueue runs: test_vnode.py). Kueue
+reads a metrics certificate at a fixed path under /etc: it is given one in a mount namespace of its own."""
 
 from __future__ import annotations
 
