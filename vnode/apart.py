@@ -19,7 +19,7 @@ from typing import Any
 
 from ferry.kube.labels import label_selector_selects, with_label_keys
 from vnode.selection import refusal, selected_keys
-from vnode.translate import admits
+from vnode.translate import admits, domain_value
 
 Obj = dict[str, Any]
 HOSTNAME = "kubernetes.io/hostname"
@@ -84,11 +84,12 @@ def skews(pod: Obj, bound: list[Obj], labels: dict[str, str]) -> list[str]:
 
 
 def own_domains(node: Obj) -> set[str]:
-    """The keys of a virtual node's labels whose value is its own name: its hostname, and the topology domains
-    it stands for many of (vnode/node.py ``domains``). A rule over one of them is a rule per compute node or
-    per compute domain once its pod's copy is in the compute cluster."""
+    """The keys of a virtual node's labels that name it: its hostname, and the topology domains it stands for
+    many of (vnode/node.py ``domains``, valued ``domain_value`` of its name). A rule over one of them is a rule
+    per compute node or per compute domain once its pod's copy is in the compute cluster."""
     meta = node.get("metadata", {})
-    return {HOSTNAME} | {k for k, v in (meta.get("labels") or {}).items() if v == meta.get("name")}
+    mine = domain_value(str(meta.get("name")))
+    return {HOSTNAME} | {k for k, v in (meta.get("labels") or {}).items() if v == mine}
 
 
 def fits_but_for_own_domains(pod: Obj, node: Obj, bound: list[Obj]) -> bool:

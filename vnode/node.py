@@ -24,7 +24,7 @@ from ferry.kube.timestamps import now
 from vnode.caches import Caches
 from vnode.config import LABEL_VALUE
 from vnode.events import Recorder
-from vnode.translate import node_labels
+from vnode.translate import domain_value, node_labels
 
 Obj = dict[str, Any]
 TAINT = {"key": "virtual-kubelet.io/provider", "value": "kube-ferry", "effect": "NoSchedule"}
@@ -75,14 +75,15 @@ def advertised(nodes: list[Obj], keys: tuple[str, ...]) -> dict[str, str]:
 
 def domains(nodes: list[Obj], keys: tuple[str, ...], node: str) -> dict[str, str]:
     """The topology keys among ``keys`` that every Ready, schedulable GPU node carries with more than one value
-    (racks, zones), each with ``node`` (the virtual node's name) for value. The virtual node stands for many
-    such domains and is one of its own to the tenant's scheduler, as it has a hostname of its own: a rule per
-    domain is met there (JobSet's exclusive placement reads its leader's node's domain; a pod anti-affinity
-    over racks keeps the tenant's replicas apart there, and the vnode binds the rest, :mod:`vnode.apart`) and
-    over the compute nodes' domains by the compute cluster's scheduler, since the copies keep the rules (a
-    selector of this value means the virtual node: the copies drop it). Nothing when ``node`` is no label value."""
+    (racks, zones), each with ``domain_value(node)`` (the virtual node's name and a suffix) for value. The
+    virtual node stands for many such domains and is one of its own to the tenant's scheduler, as it has a
+    hostname of its own: a rule per domain is met there (JobSet's exclusive placement reads its leader's node's
+    domain; a pod anti-affinity over racks keeps the tenant's replicas apart there, and the vnode binds the
+    rest, :mod:`vnode.apart`; Kueue's topology-aware scheduling places a pod set in it) and over the compute
+    nodes' domains by the compute cluster's scheduler, since the copies keep the rules (a selector of this
+    value means the virtual node: the copies drop it). Nothing when that value is no label value."""
     gpu_nodes = schedulable_gpu_nodes(nodes)
-    if not gpu_nodes or not keys or not LABEL_VALUE.match(node):
+    if not gpu_nodes or not keys or not LABEL_VALUE.match(domain_value(node)):
         return {}
     values: dict[str, set[str]] = {}
     for n in gpu_nodes:
@@ -90,7 +91,7 @@ def domains(nodes: list[Obj], keys: tuple[str, ...], node: str) -> dict[str, str
         for k, v in labels.items():
             if among(k, keys):
                 values.setdefault(k, set()).add(v)
-    return {k: node for k, vs in values.items()
+    return {k: domain_value(node) for k, vs in values.items()
             if len(vs) > 1 and all(k in (n.get("metadata", {}).get("labels") or {}) for n in gpu_nodes)}
 
 

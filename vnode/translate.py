@@ -73,6 +73,9 @@ class Bridge:
         return dict(next((sel for n, sel in self.pools if n == node), ()))
 
 
+DOMAIN_SUFFIX = ".virtual"  # see domain_value
+
+
 def node_labels(node: str, tenant: str) -> dict[str, str]:
     """The virtual node's labels. They describe the virtual node, not a compute node: a tenant's selector
     (or a Kueue ResourceFlavor's, injected into the pods it admits) picks the virtual node by them, so a
@@ -81,6 +84,14 @@ def node_labels(node: str, tenant: str) -> dict[str, str]:
             "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
             "node.kubernetes.io/instance-type": "kube-ferry", PREFIX + "tenant": tenant,
             PREFIX + "role": "virtual-node"}
+
+
+def domain_value(node: str) -> str:
+    """The value a virtual node carries for each topology domain it stands for many of (vnode/node.py
+    ``domains``): its name and a suffix, never its hostname. Kueue's topology-aware scheduling names a host's
+    domain by the hostname alone and a top level's by its value: a rack valued as the host would be taken for
+    it and the level left empty ("no topology domains at level")."""
+    return f"{node}{DOMAIN_SUFFIX}"
 
 
 def compute_node_affinity(affinity: Obj | None, mine: dict[str, str]) -> Obj | None:
@@ -159,7 +170,7 @@ def _with_its_leader(meta: Obj, spec: Obj, node: str) -> None:
     annotations, labels = meta.get("annotations") or {}, meta.get("labels") or {}
     found = next(((key, label, group) for by, label in EXCLUSIVE_PLACEMENT
                   if (key := annotations.get(by)) and (group := labels.get(label))), None)
-    if found is None or (spec.get("nodeSelector") or {}).get(found[0]) != node:
+    if found is None or (spec.get("nodeSelector") or {}).get(found[0]) != domain_value(node):
         return
     key, label, group = found
     term = {"labelSelector": {"matchExpressions": [{"key": label, "operator": "In", "values": [group]}]},
@@ -431,9 +442,9 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
     spec["hostname"] = spec.get("hostname") or name.split(".")[0][:63].rstrip("-") or "pod"
     mine = node_labels(node, b.tenant)
     _with_its_leader(meta, spec, node)
-    if selector := spec.get("nodeSelector"):  # a value that is the virtual node's name is its domain of its own
+    if selector := spec.get("nodeSelector"):  # the virtual node's domain value means a domain of its own
         spec["nodeSelector"] = {k: v for k, v in selector.items()
-                                if not NODE_SELECTOR_DROPPED.match(k) and mine.get(k) != v and v != node}
+                                if not NODE_SELECTOR_DROPPED.match(k) and mine.get(k) != v and v != domain_value(node)}
     if pool := b.pool_of(node):  # a GPU pool's virtual node: its pods run on the pool's compute nodes
         spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **pool}
     if (aff := spec.get("affinity")) is not None:

@@ -120,13 +120,13 @@ async def test_a_jobsets_exclusive_placement_gives_each_job_a_rack_of_its_own_in
         tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
     """JobSet's exclusive placement (one Job per rack) of the tenant's own kube-scheduler: JobSet's webhook gives
     each Job's leader a pod affinity with its Job and an anti-affinity with other Jobs over the rack key, and
-    its followers a nodeSelector of the leader's node's rack. The virtual node carries the key with its own
-    name (it stands for several racks): the first Job's leader goes there, the vnode binds the second's (kept
+    its followers a nodeSelector of the leader's node's rack. The virtual node carries the key with a value of
+    its own (it stands for several racks): the first Job's leader goes there, the vnode binds the second's (kept
     off only by a rule per rack) and the followers the other Job's leader keeps off; the copies keep the rules
     (a follower's selector becomes an affinity with its Job), so each Job runs in a rack of its own."""
     vnode_rack = await eventually(lambda: _rack_of_the_virtual_node(tenant_api), timeout=30,
                                   what="the virtual node carrying the rack key")
-    assert vnode_rack == "ferry-tenant-1"  # a domain of its own, as its hostname
+    assert vnode_rack == "ferry-tenant-1.virtual"  # a domain of its own, named after it but not its hostname
     body = jobset("excl", pods=2, duration="60s")
     body["metadata"]["annotations"] = {"alpha.jobset.sigs.k8s.io/exclusive-topology": DOMAIN_LABEL}
     body["spec"]["replicatedJobs"][0]["replicas"] = 2

@@ -34,7 +34,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from ferry.binaries import Binaries
 from ferry.binaries.clients import KUEUE, ensure_operator
-from ferry.cluster.gpunodes import DEFAULT_MODEL, MODEL_LABEL
+from ferry.cluster.gpunodes import DEFAULT_MODEL, DOMAIN_LABEL, MODEL_LABEL
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
 from tests.helpers import controller_with_webhooks, eventually, install_crd, running_copies, url_webhook
@@ -456,6 +456,55 @@ async def test_a_flavor_per_gpu_product_runs_each_admitted_job_on_its_products_v
         for name in ("first", "second"):
             await batch.delete_namespaced_job(name, tenant_ns, propagation_policy="Foreground")
         await eventually(lambda: copies_gone(compute_api, tenant_ns), timeout=60, what="the copies deleted")
+
+
+async def test_kueues_topology_aware_scheduling_places_a_job_in_one_rack_which_the_virtual_node_stands_for(
+        kueue: list[str], tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """Kueue's topology-aware scheduling in the tenant cluster, over the racks (``kubeferry.io/topology-domain``)
+    and hosts of a Topology: a Job of two 4-GPU pods that requires one rack. To the tenant the virtual node is
+    one rack (it carries the key with a value of its own, not its hostname, which Kueue would take for the rack:
+    "no topology domains at level"), so Kueue admits the Job there and lifts its ``kueue.x-k8s.io/topology``
+    gates with a node selector of the virtual node's hostname; the copies run and the Job completes."""
+    custom, batch = client.CustomObjectsApi(tenant_api), client.BatchV1Api(tenant_api)
+    topology, flavor, cluster_queue = (f"ferry-test-{kind}-{tenant_ns}" for kind in ("racks", "tas", "tas-cq"))
+    await custom.create_cluster_custom_object(GROUP, VERSION, "topologies", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "Topology", "metadata": {"name": topology},
+        "spec": {"levels": [{"nodeLabel": DOMAIN_LABEL}, {"nodeLabel": "kubernetes.io/hostname"}]}})
+    await custom.create_cluster_custom_object(GROUP, VERSION, "resourceflavors", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceFlavor", "metadata": {"name": flavor},
+        "spec": {"nodeLabels": FLAVOR_LABELS, "tolerations": [TOLERATION], "topologyName": topology}})
+    await custom.create_cluster_custom_object(GROUP, VERSION, "clusterqueues", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterQueue", "metadata": {"name": cluster_queue},
+        "spec": {"namespaceSelector": {}, "resourceGroups": [{
+            "coveredResources": ["nvidia.com/gpu"],
+            "flavors": [{"name": flavor, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 8}]}]}]}})
+    await custom.create_namespaced_custom_object(GROUP, VERSION, tenant_ns, "localqueues", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "LocalQueue", "metadata": {"name": "racks"},
+        "spec": {"clusterQueue": cluster_queue}})
+    job = gpu_job("ranked", 10)
+    job["metadata"]["labels"][QUEUE_LABEL] = "racks"
+    job["spec"] |= {"parallelism": 2, "completions": 2}
+    template = job["spec"]["template"]
+    template["metadata"]["annotations"]["kueue.x-k8s.io/podset-required-topology"] = DOMAIN_LABEL
+    template["spec"]["containers"] = [_container(4)]
+    await batch.create_namespaced_job(tenant_ns, job)
+
+    try:
+        await eventually(lambda: running_copies(compute_api, tenant_ns, 2), timeout=90,
+                         what="the Job's 2 pods Running")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; {await _state(tenant_api, tenant_ns)}") from None
+    for pod in (await client.CoreV1Api(tenant_api).list_namespaced_pod(tenant_ns)).items:
+        assert pod.spec.node_name == NODE, pod.spec.node_name
+        assert (pod.spec.node_selector or {}).get("kubernetes.io/hostname") == NODE, pod.spec.node_selector
+
+    async def complete() -> bool:
+        return _finished(await batch.read_namespaced_job("ranked", tenant_ns)) is not None
+
+    try:
+        await eventually(complete, timeout=90, interval=1, what="the Job Complete")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; {await _state(tenant_api, tenant_ns)}") from None
 
 
 async def _pod_bound(api: client.ApiClient, ns: str, job: str) -> bool:

@@ -12,9 +12,11 @@ import pytest
 from vnode.apart import conflicts, fits_but_for_own_domains
 from vnode.node import TAINTS
 from vnode.selection import refusal, tolerates
+from vnode.translate import domain_value
 
 Obj = dict[str, Any]
 HOST, ZONE, RACK = "kubernetes.io/hostname", "topology.kubernetes.io/zone", "kubeferry.io/topology-domain"
+OWN = domain_value("ferry-t")  # what the virtual node carries for the racks it stands for many of
 TOLERATE = {"key": "virtual-kubelet.io/provider", "operator": "Exists", "effect": "NoSchedule"}
 
 
@@ -88,15 +90,15 @@ CASES: list[tuple[str, Obj, list[Obj], Obj, bool]] = [
     ("a spread that picks its role's pods only (matchLabelKeys)", spreading(keys=["role"]),
      [pod("web-0", role="other")], node(), False),
     ("a term over racks, of which the virtual node is one of its own (its name for value)",
-     pod("web-1", anti=[term(RACK)]), [pod("web-0", anti=[term(RACK)])], node(**{RACK: "ferry-t"}), True),
+     pod("web-1", anti=[term(RACK)]), [pod("web-0", anti=[term(RACK)])], node(**{RACK: OWN}), True),
     ("a term over racks the virtual node carries one compute rack of: it holds there too",
      pod("web-1", anti=[term(RACK)]), [pod("web-0", anti=[term(RACK)])], node(**{RACK: "rack-000"}), False),
     ("a pod affinity over a rack of its own is the compute scheduler's to meet (a JobSet leader)",
      pod("web-1", anti=[term(RACK)], near=[term(RACK, app="web")]), [pod("web-0", anti=[term(RACK)])],
-     node(**{RACK: "ferry-t"}), True),
+     node(**{RACK: OWN}), True),
     ("a follower in its leader's rack, kept off by another Job's leader there",
-     pod("web-1", app="other", nodeSelector={RACK: "ferry-t"}), [pod("web-0", anti=[term(RACK, app="other")])],
-     node(**{RACK: "ferry-t"}), True),
+     pod("web-1", app="other", nodeSelector={RACK: OWN}), [pod("web-0", anti=[term(RACK, app="other")])],
+     node(**{RACK: OWN}), True),
     ("namespaces by labels the vnode does not read: not sure, so left to the tenant's scheduler",
      pod("web-1", ns="other", anti=[term(namespaceSelector={"matchLabels": {"team": "a"}})]), BOUND, node(), False),
 ]

@@ -25,6 +25,7 @@ from vnode.translate import (
     compute_ephemeral,
     compute_pod,
     compute_service,
+    domain_value,
     gang_of,
     go_quote,
     metadata_patch,
@@ -485,9 +486,10 @@ def test_the_virtual_node_is_a_domain_of_its_own_for_the_racks_and_zones_it_stan
     rack, zone = "kubeferry.io/topology-domain", "topology.kubernetes.io/zone"
     keys = (rack, "topology.kubernetes.io/")
     nodes = [gpu_node(**{rack: f"rack-{i // 2}", zone: "a", "kubeferry.io/gpu-model": f"m{i}"}) for i in range(4)]
-    # several racks: its own name; one zone: advertised with its value instead; a key outside ``keys``: nothing
-    assert domains(nodes, keys, "ferry-t") == {rack: "ferry-t"}
-    assert domains([*nodes, gpu_node(**{zone: "b"})], keys, "ferry-t") == {zone: "ferry-t"}, \
+    # several racks: its own domain value; one zone: advertised with its value instead; a key outside ``keys``:
+    # nothing. The value is never its hostname: Kueue's topology-aware scheduling would take the rack for the host
+    assert domains(nodes, keys, "ferry-t") == {rack: "ferry-t.virtual"} and domain_value("ferry-t") != "ferry-t"
+    assert domains([*nodes, gpu_node(**{zone: "b"})], keys, "ferry-t") == {zone: "ferry-t.virtual"}, \
         "a key some GPU node lacks is no domain every one is in"
     assert domains(nodes, (), "ferry-t") == {} and domains([], keys, "ferry-t") == {}
     assert domains(nodes, keys, "a." * 40) == {}, "a name that is no label value"
@@ -495,7 +497,7 @@ def test_the_virtual_node_is_a_domain_of_its_own_for_the_racks_and_zones_it_stan
 
 def test_a_jobset_follower_in_its_leaders_domain_of_the_virtual_node_follows_its_leader_in_compute() -> None:
     rack = "kubeferry.io/topology-domain"
-    follower = tenant_pod(nodeSelector={rack: "ferry-tenant-1", "disk": "ssd"})
+    follower = tenant_pod(nodeSelector={rack: domain_value("ferry-tenant-1"), "disk": "ssd"})
     follower["metadata"]["labels"]["jobset.sigs.k8s.io/job-key"] = "k1"
     follower["metadata"]["annotations"]["alpha.jobset.sigs.k8s.io/exclusive-topology"] = rack
     spec = compute_pod(follower, B)["spec"]
@@ -512,7 +514,7 @@ def test_a_jobset_follower_in_its_leaders_domain_of_the_virtual_node_follows_its
     assert compute_pod(placed, B)["spec"]["nodeSelector"] == {rack: "rack-3"}
     assert "affinity" not in compute_pod(placed, B)["spec"]
     # a LeaderWorkerSet's worker follows its leader so too
-    worker = tenant_pod(nodeSelector={rack: "ferry-tenant-1"}, affinity=None)
+    worker = tenant_pod(nodeSelector={rack: domain_value("ferry-tenant-1")}, affinity=None)
     worker["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/group-key"] = "g1"
     worker["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/exclusive-topology"] = rack
     affinity = compute_pod(worker, B)["spec"]["affinity"]
