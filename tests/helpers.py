@@ -117,6 +117,10 @@ def logged_process(cmd: list[str], env: dict[str, str], log_path: Path) -> Itera
         proc.wait(timeout=30)
 
 
+# Where a controller-runtime webhook server reads its certificate when nothing names another folder.
+CONTROLLER_RUNTIME_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
+
+
 def with_files_at(files: dict[Path, bytes], layers: Path, command: list[str]) -> list[str]:
     """``command`` run in a mount namespace of its own where each of ``files`` is at its path, as a kubelet
     mounts a Secret: for a program that reads a file at a fixed path no flag moves (Kueue's metrics
@@ -127,9 +131,9 @@ def with_files_at(files: dict[Path, bytes], layers: Path, command: list[str]) ->
     script = []
     for path, data in files.items():
         root = next(p for p in path.parents if p.is_dir())
-        layer = roots.setdefault(root, layers / f"layer-{len(roots)}")
-        (layer / "upper" / path.relative_to(root)).parent.mkdir(parents=True, exist_ok=True)
-        (layer / "upper" / path.relative_to(root)).write_bytes(data)
+        there = roots.setdefault(root, layers / f"layer-{len(roots)}") / "upper" / path.relative_to(root)
+        there.parent.mkdir(parents=True, exist_ok=True)
+        there.write_bytes(data)
     # a folder above the layers is overlaid last: a layer seen through an overlay cannot be one
     around = [root for root in roots if layers.is_relative_to(root)]
     assert len(around) <= 1, f"the layers ({layers}) are inside more than one overlaid folder: {around}"

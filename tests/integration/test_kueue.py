@@ -21,11 +21,11 @@ reads a metrics certificate at a fixed path under /etc: it is given one in a mou
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import yaml
@@ -51,6 +51,7 @@ from tests.integration.test_trainer import (
 from tests.integration.test_vnode import compute_pod_of
 from vnode.naming import UPSTREAM_NAME_ANNOTATION, UPSTREAM_NS_LABEL
 
+T = TypeVar("T")
 TENANT = "tenant-1"
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -162,6 +163,15 @@ def kueue(planes: ControlPlanes, binaries: Binaries, vnodes: dict[str, Component
                        check=False, capture_output=True)
 
 
+async def _waited(tenant_api: client.ApiClient, ns: str, check: Callable[[], Awaitable[T | None]],
+                  **waiting: Any) -> T:
+    """``eventually(check, **waiting)``; failing, it says where Kueue's objects and the pods stand."""
+    try:
+        return await eventually(check, **waiting)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; {await _state(tenant_api, ns)}") from None
+
+
 def _resource(crd: Path) -> str:
     """A CRD file's resource name, as the release names its files (``kueue.x-k8s.io_workloads.yaml``)."""
     return crd.stem.split("_", 1)[1] + "." + GROUP
@@ -227,10 +237,8 @@ async def test_kueue_admits_a_tenants_jobs_by_its_quota_and_they_run_through_the
         running = [p for p in pods if p.status.phase == "Running"]
         return pods if len(running) == 1 and running[0].spec.node_name == NODE else None
 
-    try:
-        pods = await eventually(one_running, timeout=90, what="one admitted Job's pod Running on the virtual node")
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}; {await _state(tenant_api, tenant_ns)}") from None
+    pods = await _waited(tenant_api, tenant_ns, one_running, timeout=90,
+                         what="one admitted Job's pod Running on the virtual node")
     (pod,) = pods  # the other Job has no pod: it waits in Kueue, suspended
     assert pod.spec.node_selector == FLAVOR_LABELS  # the flavor's
     waiting = ({"first", "second"} - {pod.metadata.labels["job-name"]}).pop()
@@ -249,11 +257,8 @@ async def _one_admitted_whole(tenant_api: client.ApiClient, compute_api: client.
     """Of two JobSets (or objects Trainer makes one of) named ``first`` and ``second`` of two 4-GPU pods in
     a LocalQueue of 8 GPUs: once one's 2 pods run in the compute cluster, asserts that only that one has
     pods, each bound to the virtual node with the flavor's node labels; returns the other's name."""
-    try:
-        copies = await eventually(lambda: running_copies(compute_api, ns, 2), timeout=90,
-                                  what=f"one admitted {kind}'s 2 pods Running")
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}; {await _state(tenant_api, ns)}") from None
+    copies = await _waited(tenant_api, ns, lambda: running_copies(compute_api, ns, 2), timeout=90,
+                           what=f"one admitted {kind}'s 2 pods Running")
     running = {c.metadata.labels[JOBSET_NAME] for c in copies}
     assert len(running) == 1, running  # whole, and one at a time
     for pod in (await client.CoreV1Api(tenant_api).list_namespaced_pod(ns)).items:
@@ -290,10 +295,7 @@ async def test_kueue_admits_a_tenants_jobsets_whole_by_its_quota_and_they_run_th
                     done.append(c)
         return done if len(done) == 2 else None
 
-    try:
-        await eventually(both_completed, timeout=120, interval=1, what="both JobSets Completed")
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}; {await _state(tenant_api, tenant_ns)}") from None
+    await _waited(tenant_api, tenant_ns, both_completed, timeout=120, interval=1, what="both JobSets Completed")
 
 
 async def test_kueue_admits_a_tenants_trainjobs_whole_by_its_quota_and_they_run_through_the_virtual_node(
@@ -318,10 +320,7 @@ async def test_kueue_admits_a_tenants_trainjobs_whole_by_its_quota_and_they_run_
     async def both_complete() -> bool:
         return all([await trainjob_complete(objects, tenant_ns, name) for name in ("first", "second")])
 
-    try:
-        await eventually(both_complete, timeout=120, interval=1, what="both TrainJobs Complete")
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}; {await _state(tenant_api, tenant_ns)}") from None
+    await _waited(tenant_api, tenant_ns, both_complete, timeout=120, interval=1, what="both TrainJobs Complete")
 
 
 def gated_pod(name: str, seconds: int) -> dict[str, Any]:
@@ -375,11 +374,8 @@ async def test_a_kueue_pod_group_is_admitted_whole_and_its_pods_run_as_one_compu
             pod["spec"]["containers"] = [_container(4)]
             await core.create_namespaced_pod(tenant_ns, pod)
 
-    try:
-        copies = await eventually(lambda: running_copies(compute_api, tenant_ns, 2), timeout=90,
-                                  what="one admitted pod group's 2 pods Running")
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}; {await _state(tenant_api, tenant_ns)}") from None
+    copies = await _waited(tenant_api, tenant_ns, lambda: running_copies(compute_api, tenant_ns, 2), timeout=90,
+                           what="one admitted pod group's 2 pods Running")
     running = {c.metadata.annotations[UPSTREAM_NAME_ANNOTATION].rsplit("-", 1)[0] for c in copies}
     assert len(running) == 1, running  # whole, and one group at a time
     groups = await client.CustomObjectsApi(compute_api).list_namespaced_custom_object(
@@ -395,10 +391,7 @@ async def test_a_kueue_pod_group_is_admitted_whole_and_its_pods_run_as_one_compu
         pods = (await core.list_namespaced_pod(tenant_ns)).items
         return pods if len(pods) == 4 and all(p.status.phase == "Succeeded" for p in pods) else None
 
-    try:
-        pods = await eventually(all_succeeded, timeout=120, interval=1, what="the 4 pods Succeeded")
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}; {await _state(tenant_api, tenant_ns)}") from None
+    pods = await _waited(tenant_api, tenant_ns, all_succeeded, timeout=120, interval=1, what="the 4 pods Succeeded")
     ran = {p.metadata.name: p.status.container_statuses[0].state.terminated for p in pods}
     first_ended = max(ran[f"{g}-{i}"].finished_at for g in running for i in range(2))
     assert all(ran[f"{waiting}-{i}"].started_at >= first_ended for i in range(2)), f"past the quota: {ran}"
@@ -446,10 +439,7 @@ async def test_a_flavor_per_gpu_product_runs_each_admitted_job_on_its_products_v
                 out[pod.metadata.labels["job-name"]] = (pod.spec.node_name, copy.spec.node_name)
             return out if len(out) == 2 else None
 
-        try:
-            placed = await eventually(both_running, timeout=90, what="both Jobs' pods Running")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}; {await _state(tenant_api, tenant_ns)}") from None
+        placed = await _waited(tenant_api, tenant_ns, both_running, timeout=90, what="both Jobs' pods Running")
         for job, pool in (("first", "prod-a"), ("second", "prod-b")):
             node, compute_node = placed[job]
             assert node == f"{NODE}-{pool}" and compute_node in members[pool], placed
@@ -489,11 +479,8 @@ async def test_kueues_topology_aware_scheduling_places_a_job_in_one_rack_which_t
     template["spec"]["containers"] = [_container(4)]
     await batch.create_namespaced_job(tenant_ns, job)
 
-    try:
-        await eventually(lambda: running_copies(compute_api, tenant_ns, 2), timeout=90,
-                         what="the Job's 2 pods Running")
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}; {await _state(tenant_api, tenant_ns)}") from None
+    await _waited(tenant_api, tenant_ns, lambda: running_copies(compute_api, tenant_ns, 2), timeout=90,
+                  what="the Job's 2 pods Running")
     for pod in (await client.CoreV1Api(tenant_api).list_namespaced_pod(tenant_ns)).items:
         assert pod.spec.node_name == NODE, pod.spec.node_name
         assert (pod.spec.node_selector or {}).get("kubernetes.io/hostname") == NODE, pod.spec.node_selector
@@ -501,10 +488,7 @@ async def test_kueues_topology_aware_scheduling_places_a_job_in_one_rack_which_t
     async def complete() -> bool:
         return _finished(await batch.read_namespaced_job("ranked", tenant_ns)) is not None
 
-    try:
-        await eventually(complete, timeout=90, interval=1, what="the Job Complete")
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}; {await _state(tenant_api, tenant_ns)}") from None
+    await _waited(tenant_api, tenant_ns, complete, timeout=90, interval=1, what="the Job Complete")
 
 
 async def _pod_bound(api: client.ApiClient, ns: str, job: str) -> bool:

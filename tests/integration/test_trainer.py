@@ -28,6 +28,7 @@ from ferry.binaries.clients import TRAINER, Operator, ensure_operator
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
 from tests.helpers import (
+    CONTROLLER_RUNTIME_CERT_DIR,
     compute_copies,
     controller_with_webhooks,
     eventually,
@@ -43,7 +44,6 @@ from vnode.naming import UPSTREAM_NAME_ANNOTATION, UPSTREAM_NS_LABEL, compute_na
 
 TENANT = "tenant-1"
 API = ("trainer.kubeflow.org", "v1alpha1")
-CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")  # controller-runtime's default, which Trainer keeps
 CRDS = ("clustertrainingruntimes", "trainingruntimes", "trainjobs")
 WEBHOOKS = ("trainer-ferry-test-mutating", "trainer-ferry-test-validating")
 PATCHER = "kubeferry.io/tenant"  # a runtime patch's manager: who adds the virtual node's toleration
@@ -81,7 +81,8 @@ def trainer_controller(planes: ControlPlanes, binaries: Binaries, vnodes: dict[s
     op = install_trainer_crds(kubectl)
     with controller_with_webhooks(op.binary, "config.trainer.kubeflow.org/v1alpha1", {}, kubeconfig, kubectl,
                                   tmp_path_factory.mktemp("trainer"), webhook_configurations,
-                                  cert_management="certManagement", names_cert_dir=False, fixed_cert_dirs=(CERT_DIR,)):
+                                  cert_management="certManagement", names_cert_dir=False,
+                                  fixed_cert_dirs=(CONTROLLER_RUNTIME_CERT_DIR,)):
         subprocess.run([*kubectl, "apply", "-f", str(op.manifests / "torch_distributed.yaml")], check=True,
                        capture_output=True)
         yield op.manifests

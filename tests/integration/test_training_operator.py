@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +21,7 @@ from ferry.binaries.clients import TRAINING_OPERATOR, ensure_operator
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
 from tests.helpers import (
+    CONTROLLER_RUNTIME_CERT_DIR,
     compute_copies,
     eventually,
     free_port,
@@ -41,7 +41,6 @@ WEBHOOK_SECRET = "training-operator-webhook-cert"
 IMAGE = "docker.io/kubeflowkatib/pytorch-mnist:v1beta1-45c5727"  # the operator's own example (kwok runs none)
 # Where the operator reads its webhook certificate: in a Deployment, the kubelet mounts the Secret its cert
 # rotator fills there; run as a process, the test writes the Secret's files there itself.
-CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
 # What the operator's release installs besides its Deployment: its namespace, the Secret its cert rotator
 # fills and the webhook configuration it injects the CA into (here without webhooks: the apiserver cannot
 # reach a process outside the cluster by a Service name, and validation is not what is tested).
@@ -84,9 +83,9 @@ def training_operator(planes: ControlPlanes, binaries: Binaries, vnodes: dict[st
             return data if {"ca.crt", "tls.crt", "tls.key"} <= data.keys() else None
 
         data = wait_sync(certificate, 60, "the operator's cert rotator to fill its Secret")
-        CERT_DIR.mkdir(parents=True, exist_ok=True)
+        CONTROLLER_RUNTIME_CERT_DIR.mkdir(parents=True, exist_ok=True)
         for key in ("ca.crt", "tls.crt", "tls.key"):
-            (CERT_DIR / key).write_bytes(base64.b64decode(data[key]))
+            (CONTROLLER_RUNTIME_CERT_DIR / key).write_bytes(base64.b64decode(data[key]))
         markers = [f'"{kind}-controller", "worker count"'.encode() for kind in ("pytorchjob", "mpijob")]
         wait_sync(lambda: all(m in log_path.read_bytes() for m in markers), 60,
                   f"the job controllers to start (log: {log_path})")
