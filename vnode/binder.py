@@ -97,7 +97,7 @@ class Binder:
             return False
         if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
             return False
-        return gang_of(pod) is not None or spec.get("schedulerName") in self.served
+        return ((gang := gang_of(pod)) is not None and gang.bound_by_vnode) or spec.get("schedulerName") in self.served
 
     def may_keep_apart(self, pod: Obj) -> bool:
         """Whether a pod of another scheduler may be one the tenant's scheduler keeps off the virtual node only by

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import replace
 from typing import Any, Literal, cast
 
 import structlog
@@ -19,7 +20,7 @@ from ferry.kube.rest import Rest, message_of, path, status_of
 from vnode import naming, status
 from vnode.caches import FERRY_PG, PLUGINS_PG, VOLCANO_PG, Caches
 from vnode.events import Recorder
-from vnode.translate import Bridge, GangRef, gang_of
+from vnode.translate import Bridge, GangRef, gang_of, kept_together
 
 Obj = dict[str, Any]
 # compute phase -> tenant phase, per convention. Volcano's v1beta1 PodGroup has one terminal phase,
@@ -29,6 +30,7 @@ VOLCANO_PHASE = {"Pending": "Inqueue", "Privileged": "Inqueue", "Running": "Runn
 PLUGINS_PHASE = {"Pending": "Scheduling", "Privileged": "Scheduling", "Running": "Running",
                  "WillEvict": "Running", "Succeeded": "Finished", "Failed": "Failed", "Evicted": "Failed"}
 ADMITTED = {"volcano": "Inqueue", "scheduler-plugins": "Scheduling"}
+KUEUE_WORKLOAD_VERSIONS = ("v1beta2", "v1beta1")  # v1beta2 from Kueue v0.15; v1beta1 before
 log = structlog.get_logger("ferry.vnode.gangs")
 
 
@@ -129,6 +131,17 @@ def members_status(phases: list[str | None]) -> Obj:
     return {"phase": phase, **counts}
 
 
+def kept_members(workload: Obj, pod: Obj) -> int:
+    """How many pods make the gang of ``pod``, a pod of a Kueue Workload kept in one domain: those of the
+    Workload's podsets that require the same level, as many as Kueue admitted of each (before: the spec's)."""
+    level = kept_together(pod)
+    admitted = {str(a.get("name")): a.get("count") for a in
+                ((workload.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []}
+    return sum(int(admitted.get(str(podset.get("name"))) or podset.get("count") or 0)
+               for podset in (workload.get("spec") or {}).get("podSets") or []
+               if level and (podset.get("topologyRequest") or {}).get("required") == level)
+
+
 class Gangs:
     def __init__(self, b: Bridge, tenant: Rest, compute: Rest, caches: Caches, recorder: Recorder) -> None:
         self.b = b
@@ -144,7 +157,7 @@ class Gangs:
     def compute_spec(self, gang: GangRef, pod: Obj) -> Obj:
         """Queue and priority from the bridge; the rest as the tenant declared it."""
         group = self.tenant_group(gang)
-        if gang.kind == "kueue":
+        if gang.kind in ("kueue", "kueue-workload"):
             if gang.total is None:
                 raise NotReady(f"Kueue pod group {gang.name} has no kueue.x-k8s.io/pod-group-total-count")
             declared = self.declared(gang, pod, gang.total)
@@ -216,6 +229,22 @@ class Gangs:
         log.info("compute PodGroup follows its tenant group", group=gang.name, namespace=gang.namespace,
                  changed=sorted(change))
 
+    async def workload_members(self, gang: GangRef, pod: Obj) -> int:
+        """The size of a Kueue Workload's gang (``kept_members``), read from the Workload."""
+        for version in KUEUE_WORKLOAD_VERSIONS:
+            try:
+                workload = await self.tenant.get(path("kueue.x-k8s.io", version, "workloads", gang.namespace,
+                                                      gang.name))
+                break
+            except Exception as exc:
+                if status_of(exc) != 404:
+                    raise
+        else:
+            raise NotReady(f"Kueue Workload {gang.name} does not exist")
+        if (total := kept_members(workload, pod)) < 1:
+            raise NotReady(f"Kueue Workload {gang.name} has no podset required in one {kept_together(pod)}")
+        return total
+
     async def ensure(self, pod: Obj) -> None:
         """Create the compute PodGroup of ``pod``'s gang before the pod (the scheduler waits for it).
 
@@ -234,6 +263,8 @@ class Gangs:
             if not uid or incarnation(have) in ("", uid):  # "": made before groups recorded it
                 return
             await self._delete_stale(have)
+        if gang.kind == "kueue-workload":
+            gang = replace(gang, total=await self.workload_members(gang, pod))
         body: Obj = {
             "apiVersion": "scheduling.kubeferry.io/v1alpha1", "kind": "PodGroup",
             "metadata": {"name": name, "namespace": self.b.namespace,

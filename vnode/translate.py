@@ -30,6 +30,11 @@ NODE_SELECTOR_DROPPED = re.compile(r"^(kubernetes\.io/(hostname|role|os|arch)|ty
                                    r"|node-role\.kubernetes\.io/.*)$")
 FORWARDING_GATE = PREFIX + "forwarding"
 KUEUE_GATES = {"kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology"}
+# Kueue's topology-aware scheduling: the Workload a pod belongs to (set on the pods of every workload it admits
+# while the feature is on), the podset's level that must hold all its pods, and the podset's name.
+KUEUE_WORKLOAD = "kueue.x-k8s.io/workload"
+KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+KUEUE_PODSET = "kueue.x-k8s.io/podset"
 # Exclusive placement (one group per topology domain), as JobSet (a group: a Job) and LeaderWorkerSet (a leader
 # and its workers) do it: a group's leader gets a pod affinity with its group's pods and an anti-affinity with
 # other groups' over the annotated key, each other pod (a follower) a nodeSelector of the leader's node's value
@@ -37,8 +42,9 @@ KUEUE_GATES = {"kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology"}
 EXCLUSIVE_PLACEMENT = (("alpha.jobset.sigs.k8s.io/exclusive-topology", "jobset.sigs.k8s.io/job-key"),
                        ("leaderworkerset.sigs.k8s.io/exclusive-topology", "leaderworkerset.sigs.k8s.io/group-key"))
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"  # 0: the group's leader
+# (Kueue's podset last: a pod group's pods of one template, or a Workload's of one podset, are one role)
 ROLE_KEYS = ("volcano.sh/task-spec", "training.kubeflow.org/replica-type", "training.kubeflow.org/job-role",
-             "jobset.sigs.k8s.io/replicatedjob-name", PREFIX + "task")
+             "jobset.sigs.k8s.io/replicatedjob-name", PREFIX + "task", KUEUE_PODSET)
 
 
 Selector = tuple[tuple[str, str], ...]  # node labels, sorted: a GPU pool
@@ -74,6 +80,7 @@ class Bridge:
 
 
 DOMAIN_SUFFIX = ".virtual"  # see domain_value
+LABEL_VALUE_MAX = 63
 
 
 def node_labels(node: str, tenant: str) -> dict[str, str]:
@@ -90,8 +97,14 @@ def domain_value(node: str) -> str:
     """The value a virtual node carries for each topology domain it stands for many of (vnode/node.py
     ``domains``): its name and a suffix, never its hostname. Kueue's topology-aware scheduling names a host's
     domain by the hostname alone and a top level's by its value: a rack valued as the host would be taken for
-    it and the level left empty ("no topology domains at level")."""
-    return f"{node}{DOMAIN_SUFFIX}"
+    it and the level left empty ("no topology domains at level"). A name too long for a label value with the
+    suffix (a node name may have 253 characters, a value 63) is cut and a digest of it added."""
+    value = f"{node}{DOMAIN_SUFFIX}"
+    if len(value) <= LABEL_VALUE_MAX:
+        return value
+    digest = hashlib.sha256(node.encode()).hexdigest()[:10]
+    head = node[:LABEL_VALUE_MAX - len(DOMAIN_SUFFIX) - len(digest) - 1].rstrip("-.")
+    return f"{head}-{digest}{DOMAIN_SUFFIX}"
 
 
 def compute_node_affinity(affinity: Obj | None, mine: dict[str, str]) -> Obj | None:
@@ -181,6 +194,23 @@ def _with_its_leader(meta: Obj, spec: Obj, node: str) -> None:
         *(near.get("requiredDuringSchedulingIgnoredDuringExecution") or []), term]
 
 
+def _kept_in_one_domain(meta: Obj, spec: Obj, group: str) -> None:
+    """A podset Kueue admitted into one domain (``kept_together``) as the compute scheduler reads it: a required
+    pod affinity among the gang's pods of the podset over the level's key, which it meets by placing the gang
+    in one domain, the tightest with room first."""
+    key = kept_together({"metadata": meta})
+    if key is None:
+        return
+    match = {POD_GROUP_LABEL: group}
+    if podset := (meta.get("labels") or {}).get(KUEUE_PODSET):
+        match[KUEUE_PODSET] = podset
+    affinity = spec["affinity"] = spec.get("affinity") or {}
+    near = affinity["podAffinity"] = affinity.get("podAffinity") or {}
+    near["requiredDuringSchedulingIgnoredDuringExecution"] = [
+        *(near.get("requiredDuringSchedulingIgnoredDuringExecution") or []),
+        {"labelSelector": {"matchLabels": match}, "topologyKey": key}]
+
+
 def _in_compute_namespace(term: Obj, ns: str) -> None:
     """A pod (anti-)affinity term or topology spread constraint as it reads in the compute cluster, where every
     namespace of the tenant is the copies' one namespace: it looks there (never at other tenants' namespaces),
@@ -209,10 +239,16 @@ def _pod_affinity_terms(affinity: Obj) -> list[Obj]:
 class GangRef:
     """A tenant pod's gang as its operator marked it."""
 
-    kind: Literal["volcano", "scheduler-plugins", "kueue"]
+    kind: Literal["volcano", "scheduler-plugins", "kueue", "kueue-workload"]
     namespace: str
     name: str
-    total: int | None = None  # Kueue carries the size on the pod
+    total: int | None = None  # Kueue carries the size on the pod (of a group; a Workload's is on the Workload)
+
+    @property
+    def bound_by_vnode(self) -> bool:
+        """Whether the vnode binds the gang's pods (it plays their gang scheduler). A Kueue Workload's pods are
+        the tenant scheduler's to bind, as Kueue's topology gates were lifted for it."""
+        return self.kind != "kueue-workload"
 
     @property
     def key(self) -> str:
@@ -241,7 +277,21 @@ def gang_of(pod: Obj) -> GangRef | None:
     if name := ann.get("kueue.x-k8s.io/pod-group-name") or labels.get("kueue.x-k8s.io/pod-group-name"):
         total = ann.get("kueue.x-k8s.io/pod-group-total-count", "")
         return GangRef("kueue", ns, name, int(total) if total.isdigit() else None)
+    if kept_together(pod) and (name := ann.get(KUEUE_WORKLOAD)):
+        return GangRef("kueue-workload", ns, name)
     return None
+
+
+def kept_together(pod: Obj) -> str | None:
+    """The topology level Kueue requires all of the pod's podset in (``podset-required-topology``), where it
+    is a domain of the compute cluster's that the virtual node stands for many of (vnode/node.py ``domains``);
+    None for a level the virtual node meets alone (its hostname, its own labels), as a selector of it is.
+    Kueue admitted the podset into one such domain of the tenant's: the virtual node's, which stands for
+    all of them, so the copies are made one gang kept in one compute domain (``_kept_in_one_domain``)."""
+    key = str((pod.get("metadata", {}).get("annotations") or {}).get(KUEUE_REQUIRED_TOPOLOGY) or "")
+    if not key or NODE_SELECTOR_DROPPED.match(key) or key in node_labels("", ""):
+        return None
+    return key
 
 
 def role_of(pod: Obj) -> str | None:
@@ -466,6 +516,8 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
         labels[naming.SUBDOMAIN_LABEL] = svc
     if gang := gang_of(pod):
         labels[POD_GROUP_LABEL] = naming.compute_name(b.tenant, ns, f"{gang.kind}.{gang.name}")
+        if gang.kind in ("kueue", "kueue-workload"):  # a pod group's or a Workload's podset in one domain
+            _kept_in_one_domain(meta, spec, labels[POD_GROUP_LABEL])
     if role := role_of(pod):
         labels[TASK_LABEL] = role
 

@@ -37,6 +37,7 @@ from ferry.binaries.clients import KUEUE, ensure_operator
 from ferry.cluster.gpunodes import DEFAULT_MODEL, DOMAIN_LABEL, MODEL_LABEL
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
+from ferry.keys import POD_GROUP_LABEL
 from tests.helpers import controller_with_webhooks, eventually, install_crd, running_copies, url_webhook
 from tests.integration.test_gpu_pools import POOL_KEY, copies_gone, pooled_vnode
 from tests.integration.test_jobset import jobset, jobset_controller  # noqa: F401 (a fixture: Kueue admits JobSets)
@@ -451,10 +452,12 @@ async def test_a_flavor_per_gpu_product_runs_each_admitted_job_on_its_products_v
 async def test_kueues_topology_aware_scheduling_places_a_job_in_one_rack_which_the_virtual_node_stands_for(
         kueue: list[str], tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
     """Kueue's topology-aware scheduling in the tenant cluster, over the racks (``kubeferry.io/topology-domain``)
-    and hosts of a Topology: a Job of two 4-GPU pods that requires one rack. To the tenant the virtual node is
+    and hosts of a Topology: a Job of two 8-GPU pods that requires one rack. To the tenant the virtual node is
     one rack (it carries the key with a value of its own, not its hostname, which Kueue would take for the rack:
     "no topology domains at level"), so Kueue admits the Job there and lifts its ``kueue.x-k8s.io/topology``
-    gates with a node selector of the virtual node's hostname; the copies run and the Job completes."""
+    gates with a node selector of the virtual node's hostname. The rack rule holds in the compute cluster too:
+    the Workload's pods are one compute gang (a PodGroup of 2, read from the Workload with the vnode's own
+    rights) whose copies keep to one rack, on two whole nodes of it; they run and the Job completes."""
     custom, batch = client.CustomObjectsApi(tenant_api), client.BatchV1Api(tenant_api)
     topology, flavor, cluster_queue = (f"ferry-test-{kind}-{tenant_ns}" for kind in ("racks", "tas", "tas-cq"))
     await custom.create_cluster_custom_object(GROUP, VERSION, "topologies", {
@@ -467,7 +470,7 @@ async def test_kueues_topology_aware_scheduling_places_a_job_in_one_rack_which_t
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterQueue", "metadata": {"name": cluster_queue},
         "spec": {"namespaceSelector": {}, "resourceGroups": [{
             "coveredResources": ["nvidia.com/gpu"],
-            "flavors": [{"name": flavor, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 8}]}]}]}})
+            "flavors": [{"name": flavor, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 16}]}]}]}})
     await custom.create_namespaced_custom_object(GROUP, VERSION, tenant_ns, "localqueues", {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "LocalQueue", "metadata": {"name": "racks"},
         "spec": {"clusterQueue": cluster_queue}})
@@ -476,14 +479,25 @@ async def test_kueues_topology_aware_scheduling_places_a_job_in_one_rack_which_t
     job["spec"] |= {"parallelism": 2, "completions": 2}
     template = job["spec"]["template"]
     template["metadata"]["annotations"]["kueue.x-k8s.io/podset-required-topology"] = DOMAIN_LABEL
-    template["spec"]["containers"] = [_container(4)]
+    template["spec"]["containers"] = [_container(8)]
     await batch.create_namespaced_job(tenant_ns, job)
 
-    await _waited(tenant_api, tenant_ns, lambda: running_copies(compute_api, tenant_ns, 2), timeout=90,
-                  what="the Job's 2 pods Running")
+    copies = await _waited(tenant_api, tenant_ns, lambda: running_copies(compute_api, tenant_ns, 2), timeout=90,
+                           what="the Job's 2 pods Running")
     for pod in (await client.CoreV1Api(tenant_api).list_namespaced_pod(tenant_ns)).items:
         assert pod.spec.node_name == NODE, pod.spec.node_name
         assert (pod.spec.node_selector or {}).get("kubernetes.io/hostname") == NODE, pod.spec.node_selector
+    groups = (await client.CustomObjectsApi(compute_api).list_namespaced_custom_object(
+        "scheduling.kubeferry.io", "v1alpha1", TENANT, "podgroups",
+        label_selector=f"{UPSTREAM_NS_LABEL}={tenant_ns}"))["items"]
+    assert [g["spec"]["minMember"] for g in groups] == [2], groups  # one gang of the Workload's two pods
+    assert {c.metadata.labels[POD_GROUP_LABEL] for c in copies} == {groups[0]["metadata"]["name"]}
+    for c in copies:
+        (term,) = c.spec.affinity.pod_affinity.required_during_scheduling_ignored_during_execution
+        assert term.topology_key == DOMAIN_LABEL, term
+    nodes = [await client.CoreV1Api(compute_api).read_node(c.spec.node_name) for c in copies]
+    assert len({n.metadata.name for n in nodes}) == 2, "two whole nodes"
+    assert len({n.metadata.labels[DOMAIN_LABEL] for n in nodes}) == 1, [n.metadata.labels for n in nodes]
 
     async def complete() -> bool:
         return _finished(await batch.read_namespaced_job("ranked", tenant_ns)) is not None

@@ -15,11 +15,20 @@ from ferry.keys import PREFIX
 from ferry.kube.workqueue import WorkQueue
 from vnode import naming, status, streams
 from vnode.app import api_endpoint
-from vnode.gangs import VOLCANO_PHASE, InvalidGroup, depends_on, members_status, min_resources, min_task_member
+from vnode.gangs import (
+    VOLCANO_PHASE,
+    InvalidGroup,
+    depends_on,
+    kept_members,
+    members_status,
+    min_resources,
+    min_task_member,
+)
 from vnode.node import Outage, advertised, capacity, domains, forbidden
 from vnode.translate import (
     FOLLOWED_ANNOTATION,
     Bridge,
+    GangRef,
     api_service,
     compute_endpoint_slice,
     compute_ephemeral,
@@ -492,7 +501,12 @@ def test_the_virtual_node_is_a_domain_of_its_own_for_the_racks_and_zones_it_stan
     assert domains([*nodes, gpu_node(**{zone: "b"})], keys, "ferry-t") == {zone: "ferry-t.virtual"}, \
         "a key some GPU node lacks is no domain every one is in"
     assert domains(nodes, (), "ferry-t") == {} and domains([], keys, "ferry-t") == {}
-    assert domains(nodes, keys, "a." * 40) == {}, "a name that is no label value"
+    # a node name too long for a label value with the suffix is cut, with a digest that keeps names apart
+    long_names = ("a." * 40 + "x", "a." * 40 + "y", "n" * 253)
+    values = [domains(nodes, keys, name)[rack] for name in long_names]
+    assert len(set(values)) == 3 and all(
+        len(v) <= 63 and v.endswith(".virtual") and re.fullmatch(r"[a-z0-9]([-a-z0-9_.]*[a-z0-9])?", v)
+        for v in values), values
 
 
 def test_a_jobset_follower_in_its_leaders_domain_of_the_virtual_node_follows_its_leader_in_compute() -> None:
@@ -521,6 +535,52 @@ def test_a_jobset_follower_in_its_leaders_domain_of_the_virtual_node_follows_its
     (near,) = affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert near["labelSelector"]["matchExpressions"][0] == {
         "key": "leaderworkerset.sigs.k8s.io/group-key", "operator": "In", "values": ["g1"]}
+
+
+def test_a_podset_kueue_requires_in_one_compute_domain_is_one_gang_kept_in_one_domain() -> None:
+    """Kueue's topology-aware scheduling admitted a podset into one rack of the tenant's, the virtual node's, which
+    stands for the compute cluster's racks: the Workload's pods become one compute gang whose podset keeps to
+    one rack. A level the virtual node meets alone (its hostname) asks nothing of the compute cluster."""
+    rack = "kubeferry.io/topology-domain"
+    pod = tenant_pod(nodeSelector={"kubernetes.io/hostname": "ferry-tenant-1"})
+    pod["metadata"]["labels"] = {"kueue.x-k8s.io/podset": "main", "job-name": "ranked"}
+    pod["metadata"]["annotations"] = {"kueue.x-k8s.io/workload": "job-ranked-3f2a1",
+                                      "kueue.x-k8s.io/podset-required-topology": rack}
+    gang = gang_of(pod)
+    assert gang == GangRef("kueue-workload", "ml", "job-ranked-3f2a1") and not gang.bound_by_vnode
+    made = compute_pod(pod, B)
+    group = made["metadata"]["labels"]["kubeferry.io/pod-group"]
+    assert group == naming.compute_name("tenant-1", "ml", "kueue-workload.job-ranked-3f2a1")
+    assert not made["spec"].get("nodeSelector")
+    assert made["metadata"]["labels"]["kubeferry.io/task"] == "main", "a podset is a task of the gang"
+    assert made["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == [
+        {"labelSelector": {"matchLabels": {"kubeferry.io/pod-group": group, "kueue.x-k8s.io/podset": "main"}},
+         "topologyKey": rack}]
+    # the Workload's admitted count of each podset of the same level makes the gang (its spec's before admission)
+    workload = {"spec": {"podSets": [
+        {"name": "main", "count": 4, "topologyRequest": {"required": rack}},
+        {"name": "aux", "count": 2, "topologyRequest": {"required": rack}},
+        {"name": "driver", "count": 1},
+        {"name": "hosted", "count": 3, "topologyRequest": {"required": "kubernetes.io/hostname"}}]}}
+    assert kept_members(workload, pod) == 6
+    workload["status"] = {"admission": {"podSetAssignments": [{"name": "main", "count": 3},
+                                                              {"name": "aux", "count": 2}]}}
+    assert kept_members(workload, pod) == 5
+    # a plain pod group (Kueue's pod integration) is one gang already: its podset keeps to one rack so too
+    grouped = copy.deepcopy(pod)
+    grouped["metadata"]["annotations"] |= {"kueue.x-k8s.io/pod-group-name": "g",
+                                           "kueue.x-k8s.io/pod-group-total-count": "2"}
+    (term,) = compute_pod(grouped, B)["spec"]["affinity"]["podAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["labelSelector"]["matchLabels"] == {
+        "kubeferry.io/pod-group": naming.compute_name("tenant-1", "ml", "kueue.g"), "kueue.x-k8s.io/podset": "main"}
+    # not carried: a host (the virtual node is the one host Kueue saw), a Workload without a required level
+    for ann in ({"kueue.x-k8s.io/workload": "w",
+                 "kueue.x-k8s.io/podset-required-topology": "kubernetes.io/hostname"},
+                {"kueue.x-k8s.io/workload": "w", "kueue.x-k8s.io/podset-preferred-topology": rack}):
+        pod["metadata"]["annotations"] = ann
+        assert gang_of(pod) is None and kept_members(workload, pod) == 0
+        assert "affinity" not in compute_pod(pod, B)["spec"]
 
 
 async def test_work_queue_deduplicates_and_never_runs_a_key_twice_at_once() -> None:
