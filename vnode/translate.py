@@ -29,6 +29,7 @@ SUPPORTED_VOLUMES = {"configMap", "secret", "emptyDir", "projected", "downwardAP
 NODE_SELECTOR_DROPPED = re.compile(r"^(kubernetes\.io/(hostname|role|os|arch)|type|node\.kubernetes\.io/.*"
                                    r"|node-role\.kubernetes\.io/.*)$")
 FORWARDING_GATE = PREFIX + "forwarding"
+HOSTNAME = "kubernetes.io/hostname"
 KUEUE_GATES = {"kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology"}
 # Kueue's topology-aware scheduling: the Workload a pod belongs to (set on the pods of every workload it admits
 # while the feature is on), the podset's level that must hold all its pods, and the podset's name.
@@ -284,11 +285,15 @@ def gang_of(pod: Obj) -> GangRef | None:
 
 def kept_together(pod: Obj) -> str | None:
     """The topology level Kueue requires all of the pod's podset in (``podset-required-topology``), where it
-    is a domain of the compute cluster's that the virtual node stands for many of (vnode/node.py ``domains``);
-    None for a level the virtual node meets alone (its hostname, its own labels), as a selector of it is.
-    Kueue admitted the podset into one such domain of the tenant's: the virtual node's, which stands for
-    all of them, so the copies are made one gang kept in one compute domain (``_kept_in_one_domain``)."""
+    is one host or a domain of the compute cluster's that the virtual node stands for many of (vnode/node.py
+    ``domains``); None for a level of the virtual node's own labels (its OS, its tenant), which describe it
+    alone. Kueue admitted the podset into one such domain of the tenant's, the virtual node, which stands
+    for many hosts and domains: the copies are made one gang kept in one compute host or domain
+    (``_kept_in_one_domain``). A podset too big for any one host waits, told so as any gang no node holds
+    together is."""
     key = str((pod.get("metadata", {}).get("annotations") or {}).get(KUEUE_REQUIRED_TOPOLOGY) or "")
+    if key == HOSTNAME:
+        return key
     if not key or NODE_SELECTOR_DROPPED.match(key) or key in node_labels("", ""):
         return None
     return key

@@ -59,6 +59,7 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"  # a label of a JobSet's pods
 KUEUE_POD_GROUP = "kueue.x-k8s.io/pod-group-name"
 NODE = f"ferry-{TENANT}"
+HOSTNAME = "kubernetes.io/hostname"
 TOLERATION = {"key": "virtual-kubelet.io/provider", "operator": "Exists", "effect": "NoSchedule"}
 WEBHOOKS = ("kueue-ferry-test-mutating", "kueue-ferry-test-validating")
 METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")  # read at its start unless it makes its own certificates
@@ -452,17 +453,18 @@ async def test_a_flavor_per_gpu_product_runs_each_admitted_job_on_its_products_v
 async def test_kueues_topology_aware_scheduling_places_a_job_in_one_rack_which_the_virtual_node_stands_for(
         kueue: list[str], tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
     """Kueue's topology-aware scheduling in the tenant cluster, over the racks (``kubeferry.io/topology-domain``)
-    and hosts of a Topology: a Job of two 8-GPU pods that requires one rack. To the tenant the virtual node is
-    one rack (it carries the key with a value of its own, not its hostname, which Kueue would take for the rack:
-    "no topology domains at level"), so Kueue admits the Job there and lifts its ``kueue.x-k8s.io/topology``
-    gates with a node selector of the virtual node's hostname. The rack rule holds in the compute cluster too:
-    the Workload's pods are one compute gang (a PodGroup of 2, read from the Workload with the vnode's own
-    rights) whose copies keep to one rack, on two whole nodes of it; they run and the Job completes."""
+    and hosts of a Topology: a Job of two 8-GPU pods that requires one rack, and one of two 4-GPU pods that
+    requires one host. To the tenant the virtual node is one rack (it carries the key with a value of its own,
+    not its hostname, which Kueue would take for the rack: "no topology domains at level") and one host, so
+    Kueue admits both Jobs there and lifts their ``kueue.x-k8s.io/topology`` gates with a node selector of the
+    virtual node's hostname. The rules hold in the compute cluster too: each Workload's pods are one compute
+    gang (a PodGroup of 2, its size read from the Workload with the vnode's own rights) whose copies keep to
+    one rack (on two whole nodes of it) or to one node; they run and the Jobs complete."""
     custom, batch = client.CustomObjectsApi(tenant_api), client.BatchV1Api(tenant_api)
     topology, flavor, cluster_queue = (f"ferry-test-{kind}-{tenant_ns}" for kind in ("racks", "tas", "tas-cq"))
     await custom.create_cluster_custom_object(GROUP, VERSION, "topologies", {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "Topology", "metadata": {"name": topology},
-        "spec": {"levels": [{"nodeLabel": DOMAIN_LABEL}, {"nodeLabel": "kubernetes.io/hostname"}]}})
+        "spec": {"levels": [{"nodeLabel": DOMAIN_LABEL}, {"nodeLabel": HOSTNAME}]}})
     await custom.create_cluster_custom_object(GROUP, VERSION, "resourceflavors", {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceFlavor", "metadata": {"name": flavor},
         "spec": {"nodeLabels": FLAVOR_LABELS, "tolerations": [TOLERATION], "topologyName": topology}})
@@ -470,39 +472,46 @@ async def test_kueues_topology_aware_scheduling_places_a_job_in_one_rack_which_t
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterQueue", "metadata": {"name": cluster_queue},
         "spec": {"namespaceSelector": {}, "resourceGroups": [{
             "coveredResources": ["nvidia.com/gpu"],
-            "flavors": [{"name": flavor, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 16}]}]}]}})
+            "flavors": [{"name": flavor, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 24}]}]}]}})
     await custom.create_namespaced_custom_object(GROUP, VERSION, tenant_ns, "localqueues", {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "LocalQueue", "metadata": {"name": "racks"},
         "spec": {"clusterQueue": cluster_queue}})
-    job = gpu_job("ranked", 10)
-    job["metadata"]["labels"][QUEUE_LABEL] = "racks"
-    job["spec"] |= {"parallelism": 2, "completions": 2}
-    template = job["spec"]["template"]
-    template["metadata"]["annotations"]["kueue.x-k8s.io/podset-required-topology"] = DOMAIN_LABEL
-    template["spec"]["containers"] = [_container(8)]
-    await batch.create_namespaced_job(tenant_ns, job)
+    levels = {"ranked": (DOMAIN_LABEL, 8), "hosted": (HOSTNAME, 4)}
+    for name, (level, gpus) in levels.items():
+        job = gpu_job(name, 10)
+        job["metadata"]["labels"][QUEUE_LABEL] = "racks"
+        job["spec"] |= {"parallelism": 2, "completions": 2}
+        template = job["spec"]["template"]
+        template["metadata"]["annotations"]["kueue.x-k8s.io/podset-required-topology"] = level
+        template["spec"]["containers"] = [_container(gpus)]
+        await batch.create_namespaced_job(tenant_ns, job)
 
-    copies = await _waited(tenant_api, tenant_ns, lambda: running_copies(compute_api, tenant_ns, 2), timeout=90,
-                           what="the Job's 2 pods Running")
+    copies = await _waited(tenant_api, tenant_ns, lambda: running_copies(compute_api, tenant_ns, 4), timeout=90,
+                           what="the Jobs' 4 pods Running")
     for pod in (await client.CoreV1Api(tenant_api).list_namespaced_pod(tenant_ns)).items:
         assert pod.spec.node_name == NODE, pod.spec.node_name
-        assert (pod.spec.node_selector or {}).get("kubernetes.io/hostname") == NODE, pod.spec.node_selector
+        assert (pod.spec.node_selector or {}).get(HOSTNAME) == NODE, pod.spec.node_selector
     groups = (await client.CustomObjectsApi(compute_api).list_namespaced_custom_object(
         "scheduling.kubeferry.io", "v1alpha1", TENANT, "podgroups",
         label_selector=f"{UPSTREAM_NS_LABEL}={tenant_ns}"))["items"]
-    assert [g["spec"]["minMember"] for g in groups] == [2], groups  # one gang of the Workload's two pods
-    assert {c.metadata.labels[POD_GROUP_LABEL] for c in copies} == {groups[0]["metadata"]["name"]}
+    assert [g["spec"]["minMember"] for g in groups] == [2, 2], groups  # one gang of each Workload's two pods
+    by_job: dict[str, list[Any]] = {}
     for c in copies:
-        (term,) = c.spec.affinity.pod_affinity.required_during_scheduling_ignored_during_execution
-        assert term.topology_key == DOMAIN_LABEL, term
-    nodes = [await client.CoreV1Api(compute_api).read_node(c.spec.node_name) for c in copies]
-    assert len({n.metadata.name for n in nodes}) == 2, "two whole nodes"
-    assert len({n.metadata.labels[DOMAIN_LABEL] for n in nodes}) == 1, [n.metadata.labels for n in nodes]
+        by_job.setdefault(c.metadata.labels["job-name"], []).append(c)
+    for name, (level, _) in levels.items():
+        assert len({c.metadata.labels[POD_GROUP_LABEL] for c in by_job[name]}) == 1, name
+        for c in by_job[name]:
+            (term,) = c.spec.affinity.pod_affinity.required_during_scheduling_ignored_during_execution
+            assert term.topology_key == level, term
+    racked = [await client.CoreV1Api(compute_api).read_node(c.spec.node_name) for c in by_job["ranked"]]
+    assert len({n.metadata.name for n in racked}) == 2, "two whole nodes"
+    assert len({n.metadata.labels[DOMAIN_LABEL] for n in racked}) == 1, [n.metadata.labels for n in racked]
+    assert len({c.spec.node_name for c in by_job["hosted"]}) == 1, [c.spec.node_name for c in by_job["hosted"]]
 
     async def complete() -> bool:
-        return _finished(await batch.read_namespaced_job("ranked", tenant_ns)) is not None
+        return all([_finished(await batch.read_namespaced_job(name, tenant_ns)) is not None for name in levels])
 
-    await _waited(tenant_api, tenant_ns, complete, timeout=90, interval=1, what="the Job Complete")
+    await _waited(tenant_api, tenant_ns, complete, timeout=90, interval=1, what="the Jobs Complete")
 
 
 async def _pod_bound(api: client.ApiClient, ns: str, job: str) -> bool:

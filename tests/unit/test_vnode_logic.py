@@ -566,6 +566,11 @@ def test_a_podset_kueue_requires_in_one_compute_domain_is_one_gang_kept_in_one_d
     workload["status"] = {"admission": {"podSetAssignments": [{"name": "main", "count": 3},
                                                               {"name": "aux", "count": 2}]}}
     assert kept_members(workload, pod) == 5
+    # one host: the virtual node is one to the tenant and stands for many, so the copies keep to one compute node
+    host = copy.deepcopy(pod)
+    host["metadata"]["annotations"]["kueue.x-k8s.io/podset-required-topology"] = "kubernetes.io/hostname"
+    (term,) = compute_pod(host, B)["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname" and kept_members(workload, host) == 3
     # a plain pod group (Kueue's pod integration) is one gang already: its podset keeps to one rack so too
     grouped = copy.deepcopy(pod)
     grouped["metadata"]["annotations"] |= {"kueue.x-k8s.io/pod-group-name": "g",
@@ -574,9 +579,8 @@ def test_a_podset_kueue_requires_in_one_compute_domain_is_one_gang_kept_in_one_d
         "requiredDuringSchedulingIgnoredDuringExecution"]
     assert term["labelSelector"]["matchLabels"] == {
         "kubeferry.io/pod-group": naming.compute_name("tenant-1", "ml", "kueue.g"), "kueue.x-k8s.io/podset": "main"}
-    # not carried: a host (the virtual node is the one host Kueue saw), a Workload without a required level
-    for ann in ({"kueue.x-k8s.io/workload": "w",
-                 "kueue.x-k8s.io/podset-required-topology": "kubernetes.io/hostname"},
+    # not carried: a level of the virtual node's own labels (they describe it alone), a preferred level
+    for ann in ({"kueue.x-k8s.io/workload": "w", "kueue.x-k8s.io/podset-required-topology": "kubernetes.io/os"},
                 {"kueue.x-k8s.io/workload": "w", "kueue.x-k8s.io/podset-preferred-topology": rack}):
         pod["metadata"]["annotations"] = ann
         assert gang_of(pod) is None and kept_members(workload, pod) == 0
