@@ -237,6 +237,9 @@ class Gangs:
                                                       gang.name))
                 break
             except Exception as exc:
+                if status_of(exc) == 403:  # a ClusterRole older than the vnode: said on the pod, retried
+                    raise NotReady(f"the vnode may not read Kueue Workload {gang.name}, which sizes its gang: "
+                                   "grant its tenant ClusterRole get on workloads.kueue.x-k8s.io") from exc
                 if status_of(exc) != 404:
                     raise
         else:

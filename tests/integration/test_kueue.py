@@ -38,7 +38,14 @@ from ferry.cluster.gpunodes import DEFAULT_MODEL, DOMAIN_LABEL, MODEL_LABEL
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
 from ferry.keys import POD_GROUP_LABEL
-from tests.helpers import controller_with_webhooks, eventually, install_crd, running_copies, url_webhook
+from tests.helpers import (
+    controller_with_webhooks,
+    eventually,
+    install_crd,
+    live_copies,
+    running_copies,
+    url_webhook,
+)
 from tests.integration.test_gpu_pools import POOL_KEY, copies_gone, pooled_vnode
 from tests.integration.test_jobset import jobset, jobset_controller  # noqa: F401 (a fixture: Kueue admits JobSets)
 from tests.integration.test_trainer import API as TRAINER_API
@@ -60,6 +67,7 @@ JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"  # a label of a JobSet's pods
 KUEUE_POD_GROUP = "kueue.x-k8s.io/pod-group-name"
 NODE = f"ferry-{TENANT}"
 HOSTNAME = "kubernetes.io/hostname"
+VNODE_ROLE = "kube-ferry-vnode"  # manifests/tenant/rbac-vnode.yaml
 TOLERATION = {"key": "virtual-kubelet.io/provider", "operator": "Exists", "effect": "NoSchedule"}
 WEBHOOKS = ("kueue-ferry-test-mutating", "kueue-ferry-test-validating")
 METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")  # read at its start unless it makes its own certificates
@@ -450,18 +458,11 @@ async def test_a_flavor_per_gpu_product_runs_each_admitted_job_on_its_products_v
         await eventually(lambda: copies_gone(compute_api, tenant_ns), timeout=60, what="the copies deleted")
 
 
-async def test_kueues_topology_aware_scheduling_places_a_job_in_one_rack_which_the_virtual_node_stands_for(
-        kueue: list[str], tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
-    """Kueue's topology-aware scheduling in the tenant cluster, over the racks (``kubeferry.io/topology-domain``)
-    and hosts of a Topology: a Job of two 8-GPU pods that requires one rack, and one of two 4-GPU pods that
-    requires one host. To the tenant the virtual node is one rack (it carries the key with a value of its own,
-    not its hostname, which Kueue would take for the rack: "no topology domains at level") and one host, so
-    Kueue admits both Jobs there and lifts their ``kueue.x-k8s.io/topology`` gates with a node selector of the
-    virtual node's hostname. The rules hold in the compute cluster too: each Workload's pods are one compute
-    gang (a PodGroup of 2, its size read from the Workload with the vnode's own rights) whose copies keep to
-    one rack (on two whole nodes of it) or to one node; they run and the Jobs complete."""
-    custom, batch = client.CustomObjectsApi(tenant_api), client.BatchV1Api(tenant_api)
-    topology, flavor, cluster_queue = (f"ferry-test-{kind}-{tenant_ns}" for kind in ("racks", "tas", "tas-cq"))
+async def _topology_queue(api: client.ApiClient, ns: str) -> None:
+    """A Topology of racks (``kubeferry.io/topology-domain``) and hosts, a ResourceFlavor over it for the
+    virtual node, a ClusterQueue of 24 GPUs of it and LocalQueue ``racks`` in ``ns``."""
+    custom = client.CustomObjectsApi(api)
+    topology, flavor, cluster_queue = (f"ferry-test-{kind}-{ns}" for kind in ("racks", "tas", "tas-cq"))
     await custom.create_cluster_custom_object(GROUP, VERSION, "topologies", {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "Topology", "metadata": {"name": topology},
         "spec": {"levels": [{"nodeLabel": DOMAIN_LABEL}, {"nodeLabel": HOSTNAME}]}})
@@ -473,18 +474,37 @@ async def test_kueues_topology_aware_scheduling_places_a_job_in_one_rack_which_t
         "spec": {"namespaceSelector": {}, "resourceGroups": [{
             "coveredResources": ["nvidia.com/gpu"],
             "flavors": [{"name": flavor, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 24}]}]}]}})
-    await custom.create_namespaced_custom_object(GROUP, VERSION, tenant_ns, "localqueues", {
+    await custom.create_namespaced_custom_object(GROUP, VERSION, ns, "localqueues", {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "LocalQueue", "metadata": {"name": "racks"},
         "spec": {"clusterQueue": cluster_queue}})
+
+
+def _kept_job(name: str, level: str, gpus: int) -> dict[str, Any]:
+    """A Job of LocalQueue ``racks`` of two pods of ``gpus`` GPUs that requires one domain of ``level``."""
+    job = gpu_job(name, 10)
+    job["metadata"]["labels"][QUEUE_LABEL] = "racks"
+    job["spec"] |= {"parallelism": 2, "completions": 2}
+    template = job["spec"]["template"]
+    template["metadata"]["annotations"]["kueue.x-k8s.io/podset-required-topology"] = level
+    template["spec"]["containers"] = [_container(gpus)]
+    return job
+
+
+async def test_kueues_topology_aware_scheduling_places_a_job_in_one_rack_which_the_virtual_node_stands_for(
+        kueue: list[str], tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """Kueue's topology-aware scheduling in the tenant cluster, over the racks (``kubeferry.io/topology-domain``)
+    and hosts of a Topology: a Job of two 8-GPU pods that requires one rack, and one of two 4-GPU pods that
+    requires one host. To the tenant the virtual node is one rack (it carries the key with a value of its own,
+    not its hostname, which Kueue would take for the rack: "no topology domains at level") and one host, so
+    Kueue admits both Jobs there and lifts their ``kueue.x-k8s.io/topology`` gates with a node selector of the
+    virtual node's hostname. The rules hold in the compute cluster too: each Workload's pods are one compute
+    gang (a PodGroup of 2, its size read from the Workload with the vnode's own rights) whose copies keep to
+    one rack (on two whole nodes of it) or to one node; they run and the Jobs complete."""
+    await _topology_queue(tenant_api, tenant_ns)
+    batch = client.BatchV1Api(tenant_api)
     levels = {"ranked": (DOMAIN_LABEL, 8), "hosted": (HOSTNAME, 4)}
     for name, (level, gpus) in levels.items():
-        job = gpu_job(name, 10)
-        job["metadata"]["labels"][QUEUE_LABEL] = "racks"
-        job["spec"] |= {"parallelism": 2, "completions": 2}
-        template = job["spec"]["template"]
-        template["metadata"]["annotations"]["kueue.x-k8s.io/podset-required-topology"] = level
-        template["spec"]["containers"] = [_container(gpus)]
-        await batch.create_namespaced_job(tenant_ns, job)
+        await batch.create_namespaced_job(tenant_ns, _kept_job(name, level, gpus))
 
     copies = await _waited(tenant_api, tenant_ns, lambda: running_copies(compute_api, tenant_ns, 4), timeout=90,
                            what="the Jobs' 4 pods Running")
@@ -512,6 +532,40 @@ async def test_kueues_topology_aware_scheduling_places_a_job_in_one_rack_which_t
         return all([_finished(await batch.read_namespaced_job(name, tenant_ns)) is not None for name in levels])
 
     await _waited(tenant_api, tenant_ns, complete, timeout=90, interval=1, what="the Jobs Complete")
+
+
+async def test_a_vnode_that_may_not_read_kueues_workloads_says_so_on_the_pod_and_runs_it_once_granted(
+        kueue: list[str], tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """The vnode's tenant ClusterRole of an earlier release, without ``get`` on Kueue's Workloads (an upgrade in
+    the wrong order): a Job kept in one rack cannot be sized as a gang, and its pods say why in an Event (the
+    rule to grant); none is copied. Once the rule is back the Job runs and completes."""
+    rbac = client.RbacAuthorizationV1Api(tenant_api)
+    role = await rbac.read_cluster_role(VNODE_ROLE)
+    rules = role.rules
+    role.rules = [r for r in rules if "workloads" not in (r.resources or [])]
+    assert len(role.rules) == len(rules) - 1, rules
+    await rbac.replace_cluster_role(VNODE_ROLE, role)
+    try:
+        await _topology_queue(tenant_api, tenant_ns)
+        batch, core = client.BatchV1Api(tenant_api), client.CoreV1Api(tenant_api)
+        await batch.create_namespaced_job(tenant_ns, _kept_job("sized", DOMAIN_LABEL, 4))
+
+        async def told() -> list[Any] | None:
+            events = (await core.list_namespaced_event(tenant_ns, field_selector="reason=GangNotReady")).items
+            return [e for e in events if "get on workloads.kueue.x-k8s.io" in e.message] or None
+
+        (event, *_) = await _waited(tenant_api, tenant_ns, told, timeout=60, what="the pod told what to grant")
+        assert event.involved_object.kind == "Pod" and "may not read Kueue Workload" in event.message, event.message
+        assert await live_copies(compute_api, tenant_ns) == []
+    finally:
+        now = await rbac.read_cluster_role(VNODE_ROLE)
+        now.rules = rules
+        await rbac.replace_cluster_role(VNODE_ROLE, now)
+
+    async def complete() -> bool:
+        return _finished(await batch.read_namespaced_job("sized", tenant_ns)) is not None
+
+    await _waited(tenant_api, tenant_ns, complete, timeout=90, interval=1, what="the Job Complete once granted")
 
 
 async def _pod_bound(api: client.ApiClient, ns: str, job: str) -> bool:
