@@ -238,7 +238,7 @@ def _pod_affinity_terms(affinity: Obj) -> list[Obj]:
 
 @dataclass(frozen=True)
 class GangRef:
-    """A tenant pod's gang as its operator marked it."""
+    """A tenant pod's gang as its operator marked it (or Kueue, for a Workload it admitted into one domain)."""
 
     kind: Literal["volcano", "scheduler-plugins", "kueue", "kueue-workload"]
     namespace: str
