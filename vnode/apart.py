@@ -19,10 +19,9 @@ from typing import Any
 
 from ferry.kube.labels import label_selector_selects, with_label_keys
 from vnode.selection import refusal, selected_keys
-from vnode.translate import admits, domain_value
+from vnode.translate import HOSTNAME, admits, domain_value
 
 Obj = dict[str, Any]
-HOSTNAME = "kubernetes.io/hostname"
 
 
 def required_terms(pod: Obj, kind: str) -> list[Obj]:

@@ -88,7 +88,7 @@ def node_labels(node: str, tenant: str) -> dict[str, str]:
     """The virtual node's labels. They describe the virtual node, not a compute node: a tenant's selector
     (or a Kueue ResourceFlavor's, injected into the pods it admits) picks the virtual node by them, so a
     copy's nodeSelector drops them."""
-    return {"type": "virtual-kubelet", "kubernetes.io/role": "agent", "kubernetes.io/hostname": node,
+    return {"type": "virtual-kubelet", "kubernetes.io/role": "agent", HOSTNAME: node,
             "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
             "node.kubernetes.io/instance-type": "kube-ferry", PREFIX + "tenant": tenant,
             PREFIX + "role": "virtual-node"}
@@ -187,12 +187,8 @@ def _with_its_leader(meta: Obj, spec: Obj, node: str) -> None:
     if found is None or (spec.get("nodeSelector") or {}).get(found[0]) != domain_value(node):
         return
     key, label, group = found
-    term = {"labelSelector": {"matchExpressions": [{"key": label, "operator": "In", "values": [group]}]},
-            "topologyKey": key}
-    affinity = spec["affinity"] = spec.get("affinity") or {}
-    near = affinity["podAffinity"] = affinity.get("podAffinity") or {}
-    near["requiredDuringSchedulingIgnoredDuringExecution"] = [
-        *(near.get("requiredDuringSchedulingIgnoredDuringExecution") or []), term]
+    _require_pod_affinity(spec, {"labelSelector": {"matchExpressions": [
+        {"key": label, "operator": "In", "values": [group]}]}, "topologyKey": key})
 
 
 def _kept_in_one_domain(meta: Obj, spec: Obj, group: str) -> None:
@@ -205,11 +201,15 @@ def _kept_in_one_domain(meta: Obj, spec: Obj, group: str) -> None:
     match = {POD_GROUP_LABEL: group}
     if podset := (meta.get("labels") or {}).get(KUEUE_PODSET):
         match[KUEUE_PODSET] = podset
+    _require_pod_affinity(spec, {"labelSelector": {"matchLabels": match}, "topologyKey": key})
+
+
+def _require_pod_affinity(spec: Obj, term: Obj) -> None:
+    """Add a required pod affinity term to a copy's spec, after any the tenant wrote."""
     affinity = spec["affinity"] = spec.get("affinity") or {}
     near = affinity["podAffinity"] = affinity.get("podAffinity") or {}
     near["requiredDuringSchedulingIgnoredDuringExecution"] = [
-        *(near.get("requiredDuringSchedulingIgnoredDuringExecution") or []),
-        {"labelSelector": {"matchLabels": match}, "topologyKey": key}]
+        *(near.get("requiredDuringSchedulingIgnoredDuringExecution") or []), term]
 
 
 def _in_compute_namespace(term: Obj, ns: str) -> None:
@@ -278,7 +278,7 @@ def gang_of(pod: Obj) -> GangRef | None:
     if name := ann.get("kueue.x-k8s.io/pod-group-name") or labels.get("kueue.x-k8s.io/pod-group-name"):
         total = ann.get("kueue.x-k8s.io/pod-group-total-count", "")
         return GangRef("kueue", ns, name, int(total) if total.isdigit() else None)
-    if kept_together(pod) and (name := ann.get(KUEUE_WORKLOAD)):
+    if (name := ann.get(KUEUE_WORKLOAD)) and kept_together(pod):
         return GangRef("kueue-workload", ns, name)
     return None
 

@@ -388,9 +388,8 @@ async def test_a_kueue_pod_group_is_admitted_whole_and_its_pods_run_as_one_compu
                            what="one admitted pod group's 2 pods Running")
     running = {c.metadata.annotations[UPSTREAM_NAME_ANNOTATION].rsplit("-", 1)[0] for c in copies}
     assert len(running) == 1, running  # whole, and one group at a time
-    groups = await client.CustomObjectsApi(compute_api).list_namespaced_custom_object(
-        "scheduling.kubeferry.io", "v1alpha1", TENANT, "podgroups", label_selector=f"{UPSTREAM_NS_LABEL}={tenant_ns}")
-    assert [g["spec"]["minMember"] for g in groups["items"]] == [2], groups["items"]  # one gang of the two
+    groups = await _compute_groups(compute_api, tenant_ns)
+    assert [g["spec"]["minMember"] for g in groups] == [2], groups  # one gang of the two
     waiting = ({"first", "second"} - running).pop()
     for i in range(2):
         pod = await core.read_namespaced_pod(f"{waiting}-{i}", tenant_ns)
@@ -458,6 +457,14 @@ async def test_a_flavor_per_gpu_product_runs_each_admitted_job_on_its_products_v
         await eventually(lambda: copies_gone(compute_api, tenant_ns), timeout=60, what="the copies deleted")
 
 
+async def _compute_groups(compute_api: client.ApiClient, tenant_ns: str) -> list[dict[str, Any]]:
+    """The compute PodGroups the vnode made for tenant namespace ``tenant_ns``."""
+    groups = await client.CustomObjectsApi(compute_api).list_namespaced_custom_object(
+        "scheduling.kubeferry.io", "v1alpha1", TENANT, "podgroups", label_selector=f"{UPSTREAM_NS_LABEL}={tenant_ns}")
+    items: list[dict[str, Any]] = groups["items"]
+    return items
+
+
 async def _topology_queue(api: client.ApiClient, ns: str) -> None:
     """A Topology of racks (``kubeferry.io/topology-domain``) and hosts, a ResourceFlavor over it for the
     virtual node, a ClusterQueue of 24 GPUs of it and LocalQueue ``racks`` in ``ns``."""
@@ -511,9 +518,7 @@ async def test_kueues_topology_aware_scheduling_places_a_job_in_one_rack_which_t
     for pod in (await client.CoreV1Api(tenant_api).list_namespaced_pod(tenant_ns)).items:
         assert pod.spec.node_name == NODE, pod.spec.node_name
         assert (pod.spec.node_selector or {}).get(HOSTNAME) == NODE, pod.spec.node_selector
-    groups = (await client.CustomObjectsApi(compute_api).list_namespaced_custom_object(
-        "scheduling.kubeferry.io", "v1alpha1", TENANT, "podgroups",
-        label_selector=f"{UPSTREAM_NS_LABEL}={tenant_ns}"))["items"]
+    groups = await _compute_groups(compute_api, tenant_ns)
     assert [g["spec"]["minMember"] for g in groups] == [2, 2], groups  # one gang of each Workload's two pods
     by_job: dict[str, list[Any]] = {}
     for c in copies:
