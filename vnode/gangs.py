@@ -20,7 +20,7 @@ from ferry.kube.rest import Rest, message_of, path, status_of
 from vnode import naming, status
 from vnode.caches import FERRY_PG, PLUGINS_PG, VOLCANO_PG, Caches
 from vnode.events import Recorder
-from vnode.translate import Bridge, GangRef, gang_of, kept_together
+from vnode.translate import Bridge, GangRef, carried_level, gang_of, kept_together
 
 Obj = dict[str, Any]
 # compute phase -> tenant phase, per convention. Volcano's v1beta1 PodGroup has one terminal phase,
@@ -131,15 +131,18 @@ def members_status(phases: list[str | None]) -> Obj:
     return {"phase": phase, **counts}
 
 
-def kept_members(workload: Obj, pod: Obj) -> int:
-    """How many pods make the gang of ``pod``, a pod of a Kueue Workload kept in one domain: those of the
-    Workload's podsets that require the same level, as many as Kueue admitted of each (before: the spec's)."""
-    level = kept_together(pod)
+def kept_members(workload: Obj) -> int:
+    """How many pods make the gang of a Kueue Workload kept in one domain (``kept_together``): those of its
+    podsets that require or prefer a level the compute cluster holds them to, as many as Kueue admitted of
+    each (before: the spec's). One gang whatever each podset's level, as the Workload was admitted whole;
+    each podset keeps to its own level."""
     admitted = {str(a.get("name")): a.get("count") for a in
                 ((workload.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []}
     return sum(int(admitted.get(str(podset.get("name"))) or podset.get("count") or 0)
                for podset in (workload.get("spec") or {}).get("podSets") or []
-               if level and (podset.get("topologyRequest") or {}).get("required") == level)
+               if any(carried_level(str(level or "")) for level in (
+                   (podset.get("topologyRequest") or {}).get("required"),
+                   (podset.get("topologyRequest") or {}).get("preferred"))))
 
 
 class Gangs:
@@ -244,8 +247,8 @@ class Gangs:
                     raise
         else:
             raise NotReady(f"Kueue Workload {gang.name} does not exist")
-        if (total := kept_members(workload, pod)) < 1:
-            raise NotReady(f"Kueue Workload {gang.name} has no podset required in one {kept_together(pod)}")
+        if (total := kept_members(workload)) < 1:
+            raise NotReady(f"Kueue Workload {gang.name} has no podset kept in one {kept_together(pod)}")
         return total
 
     async def ensure(self, pod: Obj) -> None:

@@ -13,7 +13,7 @@ import ipaddress
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from ferry.keys import POD_GROUP_LABEL, PREFIX, SCHEDULER_NAME, TASK_LABEL
 from vnode import naming
@@ -32,9 +32,10 @@ FORWARDING_GATE = PREFIX + "forwarding"
 HOSTNAME = "kubernetes.io/hostname"
 KUEUE_GATES = {"kueue.x-k8s.io/admission", "kueue.x-k8s.io/topology"}
 # Kueue's topology-aware scheduling: the Workload a pod belongs to (set on the pods of every workload it admits
-# while the feature is on), the podset's level that must hold all its pods, and the podset's name.
+# while the feature is on), the podset's level that must (or should) hold all its pods, and the podset's name.
 KUEUE_WORKLOAD = "kueue.x-k8s.io/workload"
 KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+KUEUE_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 KUEUE_PODSET = "kueue.x-k8s.io/podset"
 # Exclusive placement (one group per topology domain), as JobSet (a group: a Job) and LeaderWorkerSet (a leader
 # and its workers) do it: a group's leader gets a pod affinity with its group's pods and an anti-affinity with
@@ -192,24 +193,34 @@ def _with_its_leader(meta: Obj, spec: Obj, node: str) -> None:
 
 
 def _kept_in_one_domain(meta: Obj, spec: Obj, group: str) -> None:
-    """A podset Kueue admitted into one domain (``kept_together``) as the compute scheduler reads it: a required
-    pod affinity among the gang's pods of the podset over the level's key, which it meets by placing the gang
-    in one domain, the tightest with room first."""
-    key = kept_together({"metadata": meta})
-    if key is None:
+    """A podset Kueue admitted into one domain (``kept_together``) as the compute scheduler reads it: a pod
+    affinity among the gang's pods of the podset over the level's key, required or preferred as the podset
+    asks. The scheduler meets it by placing the gang in one domain, the tightest with room first; a preferred
+    one, where no domain has room, wherever the gang fits."""
+    level = kept_together({"metadata": meta})
+    if level is None:
         return
     match = {POD_GROUP_LABEL: group}
     if podset := (meta.get("labels") or {}).get(KUEUE_PODSET):
         match[KUEUE_PODSET] = podset
-    _require_pod_affinity(spec, {"labelSelector": {"matchLabels": match}, "topologyKey": key})
+    term = {"labelSelector": {"matchLabels": match}, "topologyKey": level.key}
+    if level.required:
+        _require_pod_affinity(spec, term)
+    else:
+        _add_pod_affinity(spec, "preferredDuringSchedulingIgnoredDuringExecution",
+                          {"weight": 100, "podAffinityTerm": term})
 
 
 def _require_pod_affinity(spec: Obj, term: Obj) -> None:
     """Add a required pod affinity term to a copy's spec, after any the tenant wrote."""
+    _add_pod_affinity(spec, "requiredDuringSchedulingIgnoredDuringExecution", term)
+
+
+def _add_pod_affinity(spec: Obj, kind: str, term: Obj) -> None:
+    """Add a pod affinity term of ``kind`` (required or preferred) to a copy's spec, after any the tenant wrote."""
     affinity = spec["affinity"] = spec.get("affinity") or {}
     near = affinity["podAffinity"] = affinity.get("podAffinity") or {}
-    near["requiredDuringSchedulingIgnoredDuringExecution"] = [
-        *(near.get("requiredDuringSchedulingIgnoredDuringExecution") or []), term]
+    near[kind] = [*(near.get(kind) or []), term]
 
 
 def _in_compute_namespace(term: Obj, ns: str) -> None:
@@ -283,15 +294,33 @@ def gang_of(pod: Obj) -> GangRef | None:
     return None
 
 
-def kept_together(pod: Obj) -> str | None:
-    """The topology level Kueue requires all of the pod's podset in (``podset-required-topology``), where it
-    is one host or a domain of the compute cluster's that the virtual node stands for many of (vnode/node.py
-    ``domains``); None for a level of the virtual node's own labels (its OS, its tenant), which describe it
-    alone. Kueue admitted the podset into one such domain of the tenant's, the virtual node, which stands
-    for many hosts and domains: the copies are made one gang kept in one compute host or domain
-    (``_kept_in_one_domain``). A podset too big for any one host waits, told so as any gang no node holds
-    together is."""
-    key = str((pod.get("metadata", {}).get("annotations") or {}).get(KUEUE_REQUIRED_TOPOLOGY) or "")
+class KueueLevel(NamedTuple):
+    """The topology level Kueue keeps a podset in (a node label key), and whether it must or only should."""
+
+    key: str
+    required: bool
+
+    def __str__(self) -> str:
+        return self.key
+
+
+def kept_together(pod: Obj) -> KueueLevel | None:
+    """The topology level Kueue requires (``podset-required-topology``) or prefers (``-preferred-``) all of the
+    pod's podset in, where it is one host or a domain of the compute cluster's that the virtual node stands for
+    many of (vnode/node.py ``domains``); None for a level of the virtual node's own labels (its OS, its
+    tenant), which describe it alone. Kueue admitted the podset into one such domain of the tenant's, the
+    virtual node, which stands for many hosts and domains: the copies are made one gang kept (or, preferred,
+    kept where it fits) in one compute host or domain (``_kept_in_one_domain``). A required podset too big for
+    any one host waits, told so as any gang no node holds together is."""
+    annotations = pod.get("metadata", {}).get("annotations") or {}
+    for name, required in ((KUEUE_REQUIRED_TOPOLOGY, True), (KUEUE_PREFERRED_TOPOLOGY, False)):
+        if key := carried_level(str(annotations.get(name) or "")):
+            return KueueLevel(key, required)
+    return None
+
+
+def carried_level(key: str) -> str | None:
+    """``key`` if it is a Kueue topology level the compute cluster holds a podset to (``kept_together``)."""
     if key == HOSTNAME:
         return key
     if not key or NODE_SELECTOR_DROPPED.match(key) or key in node_labels("", ""):

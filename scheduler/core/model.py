@@ -136,6 +136,14 @@ class Together(PodTerm):
 
 
 @dataclass(frozen=True, slots=True)
+class Gather(PodTerm):
+    """A preferred pod affinity: the replicas it selects go in one domain where one has room for all of them
+    at once, else wherever they fit. kube-scheduler scores such a term pod by pod; a gang is placed whole, so
+    its replicas can be kept in one domain when they fit there (Kueue's preferred topology, carried by the
+    vnode, is one)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Spread(PodTerm):
     """A topology spread constraint that may not be broken (``whenUnsatisfiable: DoNotSchedule``): a
     replica with it goes only to a domain where the pods the term selects would then number at most
@@ -200,6 +208,7 @@ class Request:
     preferred: Preferences = ()  # its preferred node affinity: nodes of the highest weight first (``preference``)
     apart: frozenset[Apart] = frozenset()  # its required anti-affinities among its job's replicas
     together: frozenset[Together] = frozenset()  # its required pod affinities among its job's replicas
+    gather: frozenset[Gather] = frozenset()  # its preferred pod affinities among its job's replicas
     spread: frozenset[Spread] = frozenset()  # its topology spread constraints among its job's replicas
     marks: frozenset[str] = frozenset()  # the terms of its job's pod (anti-)affinities and spreads that select it
     avoid: frozenset[Avoid] = frozenset()  # its required pod anti-affinities with pods of any job

@@ -21,6 +21,7 @@ from scheduler.core.model import (
     GPU_MILLI,
     HOSTNAME_KEY,
     Cluster,
+    Gather,
     Job,
     Node,
     PeerTerm,
@@ -590,36 +591,52 @@ class Placer:
         """Bind all of ``replicas`` or none of them; with ``probe``, only say where they would go (nothing
         stays bound). A gang that does not fit, or a probe, leaves the index as it found it. A gang whose
         replicas keep together (a required pod affinity among them) is tried in one domain after another,
-        the tightest with room first (at most ``TOGETHER_TRIALS``), unless a replica it follows is bound."""
+        the tightest with room first (at most ``TOGETHER_TRIALS``), unless a replica it follows is bound. One
+        whose replicas prefer to (a preferred pod affinity, ``Gather``) is tried so too, in the domains its
+        bound replicas hold if any, and then placed wherever it fits."""
         tasks = job.task_by_name
-        if not any(t.request.together for t in job.tasks) or not (
-                terms := [t for r in replicas for t in tasks[r.task].request.together]):
-            return self._place(job, sorted(replicas, key=lambda r: -tasks[r.task].request.gpu_total), excluded, probe)
+        by_size = sorted(replicas, key=lambda r: -tasks[r.task].request.gpu_total)
+        if not any(t.request.together or t.request.gather for t in job.tasks):
+            return self._place(job, by_size, excluded, probe)
+        terms: list[Together | Gather] = [t for r in replicas for t in tasks[r.task].request.together]
+        preferred = not terms
+        if preferred:
+            terms = [t for r in replicas for t in tasks[r.task].request.gather]
+        if not terms:
+            return self._place(job, by_size, excluded, probe)
         # replicas that follow others (a term that does not select them) after those they may follow
         order = sorted(replicas, key=lambda r: (_follows(tasks[r.task].request), -tasks[r.task].request.gpu_total))
         term = min(terms, key=lambda t: (t.key, t.term))
-        group = {r.task for r in replicas
-                 if term in tasks[r.task].request.together or term.term in tasks[r.task].request.marks}
-        if self._held_domains(job, term):
-            return self._place(job, order, excluded, probe)
-        for pin in self._domains_to_try(term, sum(tasks[r.task].request.gpu_total for r in replicas
-                                                  if r.task in group), excluded):
+        group = {r.task for r in replicas if term in tasks[r.task].request.together
+                 or term in tasks[r.task].request.gather or term.term in tasks[r.task].request.marks}
+        held = self._held_domains(job, term)
+        if held and not preferred:
+            return self._place(job, order, excluded, probe)  # ``confined`` keeps them to the held domains
+        pins = ([self._outside(term, held)] if held
+                else self._domains_to_try(term, sum(tasks[r.task].request.gpu_total for r in replicas
+                                                    if r.task in group), excluded))
+        for pin in pins:
             done = self._place(job, order, excluded, probe, pin, group)
             if done is not None:
                 return done
-        return None
+        return self._place(job, by_size, excluded, probe) if preferred else None
 
-    def _domains_to_try(self, term: Together, milli: int, excluded: frozenset[str]) -> Iterator[frozenset[str]]:
+    def _domains_to_try(self, term: PodTerm, milli: int, excluded: frozenset[str]) -> Iterator[frozenset[str]]:
         """For each domain of ``term`` whose schedulable nodes have ``milli`` of GPU free, tightest first: the
         nodes outside it."""
-        nodes = self.cluster.nodes
         free: dict[str, int] = defaultdict(int)
-        for n in nodes.values():
+        for n in self.cluster.nodes.values():
             if n.schedulable and n.name not in excluded and (d := term.domain(n)) is not None:
                 free[d] += n.free_gpu_milli
         for d in sorted((d for d, f in free.items() if f >= milli), key=lambda d: (free[d], d))[:TOGETHER_TRIALS]:
-            yield (frozenset(nodes.keys() - {d}) if term.key == HOSTNAME_KEY
-                   else frozenset(n.name for n in nodes.values() if term.domain(n) != d))
+            yield self._outside(term, {d})
+
+    def _outside(self, term: PodTerm, domains: set[str]) -> frozenset[str]:
+        """The nodes outside ``domains`` of ``term``."""
+        nodes = self.cluster.nodes
+        if term.key == HOSTNAME_KEY:
+            return frozenset(nodes.keys() - domains)
+        return frozenset(n.name for n in nodes.values() if term.domain(n) not in domains)
 
     def _place(self, job: Job, order: list[Replica], excluded: frozenset[str], probe: bool,
                pin: frozenset[str] = frozenset(), group: set[str] | None = None) -> list[Placement] | None:
@@ -630,9 +647,9 @@ class Placer:
         done: list[Placement] = []
         for replica in order:
             req = tasks[replica.task].request
-            found = (self.find_for(job, req, excluded | pin if group and replica.task in group else excluded, domain)
-                     if req.states_placement or self._avoiders
-                     else self.find(req, excluded, domain))  # the hot path: no call more
+            off = excluded | pin if group and replica.task in group else excluded
+            found = (self.find_for(job, req, off, domain) if req.states_placement or self._avoiders
+                     else self.find(req, off, domain))  # the hot path: no call more
             if found is None:
                 self.unwind(job, done)
                 return None

@@ -42,6 +42,7 @@ from scheduler.core.model import (
     Cluster,
     Dependency,
     Device,
+    Gather,
     Job,
     JobPhase,
     Near,
@@ -196,17 +197,18 @@ class OwnTerms(NamedTuple):
 
     apart: frozenset[Apart]
     together: frozenset[Together]
+    gather: frozenset[Gather]
     spread: frozenset[Spread]
     marks: frozenset[str]  # the job's terms that select the task's pods
 
 
 def own_pod_terms(first: Mapping[str, Obj]) -> dict[str, OwnTerms]:
     """Task -> its required pod anti-affinities, pod affinities and topology spread constraints that may not
-    be broken, among the job's own pods, and the job's terms that select it, from one pod of each task
-    (``first``). A term that selects none of the job's pods is about other pods, which placement does not
-    weigh (README, Limitations)."""
+    be broken, and its preferred pod affinities, among the job's own pods, and the job's terms that select it,
+    from one pod of each task (``first``). A term that selects none of the job's pods is about other pods,
+    which placement does not weigh (README, Limitations)."""
     # task -> (what the core makes of it, term as written, selector)
-    terms: dict[str, list[tuple[Apart | Together | Spread, str, Obj | None]]] = {}
+    terms: dict[str, list[tuple[Apart | Together | Gather | Spread, str, Obj | None]]] = {}
     for task, pod in first.items():
         affinity = pod.get("spec", {}).get("affinity") or {}
         own_ns, labels = pod["metadata"].get("namespace"), pod["metadata"].get("labels") or {}
@@ -216,6 +218,12 @@ def own_pod_terms(first: Mapping[str, Obj]) -> dict[str, OwnTerms]:
                 if t.get("topologyKey") and _in_own_namespace(t, own_ns):
                     term = json.dumps(t, sort_keys=True)
                     terms[task].append((make(term, str(t["topologyKey"])), term, t.get("labelSelector")))
+        liked = affinity.get("podAffinity") or {}
+        for weighted in liked.get("preferredDuringSchedulingIgnoredDuringExecution") or []:
+            t = weighted.get("podAffinityTerm") or {}
+            if t.get("topologyKey") and _in_own_namespace(t, own_ns):
+                term = json.dumps({"preferred": t}, sort_keys=True)  # the same term required is another term
+                terms[task].append((Gather(term, str(t["topologyKey"])), term, t.get("labelSelector")))
         for c in pod.get("spec", {}).get("topologySpreadConstraints") or []:
             if c.get("whenUnsatisfiable") == "DoNotSchedule" and c.get("topologyKey"):
                 sel = with_label_keys(c, labels)  # each pod counts the pods its own labels pick: a term of its own
@@ -234,6 +242,7 @@ def own_pod_terms(first: Mapping[str, Obj]) -> dict[str, OwnTerms]:
                or (isinstance(made, Spread) and made.namespace is not None)]
         found = OwnTerms(frozenset(m for m in own if isinstance(m, Apart)),
                          frozenset(m for m in own if isinstance(m, Together)),
+                         frozenset(m for m in own if isinstance(m, Gather)),
                          frozenset(m for m in own if isinstance(m, Spread)), selected[task])
         if any(found):
             out[task] = found

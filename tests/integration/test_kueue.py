@@ -465,9 +465,9 @@ async def _compute_groups(compute_api: client.ApiClient, tenant_ns: str) -> list
     return items
 
 
-async def _topology_queue(api: client.ApiClient, ns: str) -> None:
+async def _topology_queue(api: client.ApiClient, ns: str, gpus: int = 24) -> None:
     """A Topology of racks (``kubeferry.io/topology-domain``) and hosts, a ResourceFlavor over it for the
-    virtual node, a ClusterQueue of 24 GPUs of it and LocalQueue ``racks`` in ``ns``."""
+    virtual node, a ClusterQueue of ``gpus`` GPUs of it and LocalQueue ``racks`` in ``ns``."""
     custom = client.CustomObjectsApi(api)
     topology, flavor, cluster_queue = (f"ferry-test-{kind}-{ns}" for kind in ("racks", "tas", "tas-cq"))
     await custom.create_cluster_custom_object(GROUP, VERSION, "topologies", {
@@ -480,19 +480,20 @@ async def _topology_queue(api: client.ApiClient, ns: str) -> None:
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterQueue", "metadata": {"name": cluster_queue},
         "spec": {"namespaceSelector": {}, "resourceGroups": [{
             "coveredResources": ["nvidia.com/gpu"],
-            "flavors": [{"name": flavor, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 24}]}]}]}})
+            "flavors": [{"name": flavor, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus}]}]}]}})
     await custom.create_namespaced_custom_object(GROUP, VERSION, ns, "localqueues", {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "LocalQueue", "metadata": {"name": "racks"},
         "spec": {"clusterQueue": cluster_queue}})
 
 
-def _kept_job(name: str, level: str, gpus: int) -> dict[str, Any]:
-    """A Job of LocalQueue ``racks`` of two pods of ``gpus`` GPUs that requires one domain of ``level``."""
+def _kept_job(name: str, level: str, gpus: int, how: str = "required") -> dict[str, Any]:
+    """A Job of LocalQueue ``racks`` of two pods of ``gpus`` GPUs that requires (or prefers) one domain of
+    ``level``."""
     job = gpu_job(name, 10)
     job["metadata"]["labels"][QUEUE_LABEL] = "racks"
     job["spec"] |= {"parallelism": 2, "completions": 2}
     template = job["spec"]["template"]
-    template["metadata"]["annotations"]["kueue.x-k8s.io/podset-required-topology"] = level
+    template["metadata"]["annotations"][f"kueue.x-k8s.io/podset-{how}-topology"] = level
     template["spec"]["containers"] = [_container(gpus)]
     return job
 
@@ -532,6 +533,40 @@ async def test_kueues_topology_aware_scheduling_places_a_job_in_one_rack_which_t
     assert len({n.metadata.name for n in racked}) == 2, "two whole nodes"
     assert len({n.metadata.labels[DOMAIN_LABEL] for n in racked}) == 1, [n.metadata.labels for n in racked]
     assert len({c.spec.node_name for c in by_job["hosted"]}) == 1, [c.spec.node_name for c in by_job["hosted"]]
+
+    async def complete() -> bool:
+        return all([_finished(await batch.read_namespaced_job(name, tenant_ns)) is not None for name in levels])
+
+    await _waited(tenant_api, tenant_ns, complete, timeout=90, interval=1, what="the Jobs Complete")
+
+
+async def test_a_rack_kueue_prefers_holds_in_the_compute_cluster_where_one_has_room_and_a_host_too_small_does_not_block(
+        kueue: list[str], tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """Kueue's preferred topology (``podset-preferred-topology``): a Job of two 8-GPU pods that prefers one rack,
+    and one of two 8-GPU pods that prefers one host. Kueue admits both on the virtual node (one rack and one
+    host with every GPU, to the tenant). In the compute cluster each Workload is one gang whose copies carry a
+    preferred pod affinity over the level: the rack Job runs in one rack, and the host Job, which no compute
+    node holds whole (a required host would wait), runs on two nodes. Both Jobs complete."""
+    await _topology_queue(tenant_api, tenant_ns, gpus=32)
+    batch = client.BatchV1Api(tenant_api)
+    levels = {"gathered": DOMAIN_LABEL, "spilled": HOSTNAME}
+    for name, level in levels.items():
+        await batch.create_namespaced_job(tenant_ns, _kept_job(name, level, 8, how="preferred"))
+
+    copies = await _waited(tenant_api, tenant_ns, lambda: running_copies(compute_api, tenant_ns, 4), timeout=90,
+                           what="the Jobs' 4 pods Running")
+    groups = await _compute_groups(compute_api, tenant_ns)
+    assert [g["spec"]["minMember"] for g in groups] == [2, 2], groups  # one gang of each Workload's two pods
+    nodes: dict[str, list[Any]] = {}
+    for c in copies:
+        (weighted,) = c.spec.affinity.pod_affinity.preferred_during_scheduling_ignored_during_execution
+        assert weighted.pod_affinity_term.topology_key == levels[c.metadata.labels["job-name"]], weighted
+        assert not c.spec.affinity.pod_affinity.required_during_scheduling_ignored_during_execution
+        nodes.setdefault(c.metadata.labels["job-name"], []).append(
+            await client.CoreV1Api(compute_api).read_node(c.spec.node_name))
+    assert len({n.metadata.labels[DOMAIN_LABEL] for n in nodes["gathered"]}) == 1, [
+        n.metadata.labels for n in nodes["gathered"]]
+    assert len({n.metadata.name for n in nodes["spilled"]}) == 2, "no node holds 16 GPUs"
 
     async def complete() -> bool:
         return all([_finished(await batch.read_namespaced_job(name, tenant_ns)) is not None for name in levels])

@@ -13,6 +13,7 @@ from scheduler.core.model import (
     HOSTNAME_KEY,
     Apart,
     Avoid,
+    Gather,
     Job,
     JobPhase,
     Near,
@@ -781,8 +782,8 @@ def _zoned(*zones: str, gpus: int = 8) -> list[Node]:
 
 
 def _together(job: Job, task: int = 0, *, together: tuple[Together, ...] = (Together("team", "zone"),),
-              marks: tuple[str, ...] = ("team",)) -> Job:
-    return _with_terms(job, task, together=frozenset(together), marks=frozenset(marks))
+              marks: tuple[str, ...] = ("team",), gather: tuple[Gather, ...] = ()) -> Job:
+    return _with_terms(job, task, together=frozenset(together), marks=frozenset(marks), gather=frozenset(gather))
 
 
 def test_a_gang_whose_replicas_keep_together_runs_in_the_tightest_zone_that_holds_it_all() -> None:
@@ -824,6 +825,29 @@ def test_replicas_that_keep_together_on_one_node_share_it() -> None:
     s.cycle(1)
     assert len({r.node for r in c.jobs["pair"].replicas}) == 1
     assert c.jobs["pair"].replicas[0].node != c.jobs["first"].replicas[0].node
+
+
+def test_a_gang_that_prefers_to_keep_together_runs_in_one_zone_where_one_holds_it_and_anywhere_otherwise() -> None:
+    # zone a has 8 GPUs, b 16, c 24: as for a required term, the tightest zone that holds it all (b); binpacking
+    # alone would start on a's node and spill into another zone (as "loose" does)
+    c = cluster(_zoned("a", "b", "b", "c", "c", "c"))
+    s = scheduler(c)
+    s.submit(_together(gang("close", "default", 3, 4), together=(), gather=(Gather("team", "zone"),)))
+    s.submit(gang("loose", "default", 3, 4, submit=1))
+    s.cycle(0)
+    assert {c.nodes[r.node or ""].labels["zone"] for r in c.jobs["close"].replicas} == {"b"}
+    assert len({c.nodes[r.node or ""].labels["zone"] for r in c.jobs["loose"].replicas}) > 1
+    # a replica coming back prefers its group's zone, though zone a's node has room and binpacks tighter
+    replica = c.jobs["close"].replicas[0]
+    s.placer.release(c.jobs["close"], replica, ReplicaPhase.PENDING)
+    placed = s.placer.place_gang(c.jobs["close"], [replica])
+    assert placed is not None and c.nodes[placed[0].node].labels["zone"] == "b"
+    # where no zone holds the whole gang it still runs, over zones (a required term would wait)
+    wide = cluster(_zoned("a", "b"))
+    s = scheduler(wide)
+    s.submit(_together(gang("close", "default", 2, 8), together=(), gather=(Gather("team", "zone"),)))
+    s.cycle(0)
+    assert {wide.nodes[r.node or ""].labels["zone"] for r in wide.jobs["close"].replicas} == {"a", "b"}
 
 
 def test_a_gang_that_must_keep_together_where_no_zone_holds_it_is_told_it_never_fits() -> None:

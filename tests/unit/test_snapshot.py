@@ -310,6 +310,24 @@ def test_a_jobs_pod_affinity_among_its_own_pods_keeps_them_together_and_other_te
     assert not master.together and not worker.apart
 
 
+def test_a_jobs_preferred_pod_affinity_among_its_own_pods_is_a_preference_to_gather_them() -> None:
+    team = {"labelSelector": {"matchLabels": {"app": "train"}}, "topologyKey": "zone"}
+    to_cache = {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": "zone"}
+    pods = {}
+    for name, role in (("m", "master"), ("w0", "worker"), ("w1", "worker")):
+        p = _member(name, role, [], "gather")
+        p["spec"]["affinity"] = {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "podAffinityTerm": team}, {"weight": 10, "podAffinityTerm": to_cache}],
+            "requiredDuringSchedulingIgnoredDuringExecution": [team]}}
+        pods[f"ns/{name}"] = p
+    group = {"metadata": {"name": "g", "namespace": "ns"}, "spec": {"minMember": 3}}
+    snap = build(NODES, pods, {"ns/g": group}, {}, 0.0, ShapeCache())
+    for task in snap.cluster.jobs["ns/g"].tasks:
+        (gather,), (together,) = task.request.gather, task.request.together  # the cache term is about other pods
+        assert gather.key == "zone" and gather.term != together.term  # the same term preferred and required
+        assert task.request.marks == {gather.term, together.term}
+
+
 def test_a_jobs_spread_constraints_among_its_own_pods_are_kept_and_soft_ones_are_not() -> None:
     hard = {"maxSkew": 2, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
             "labelSelector": {"matchLabels": {"app": "train"}}, "matchLabelKeys": ["role"], "minDomains": 3}

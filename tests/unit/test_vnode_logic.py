@@ -29,6 +29,7 @@ from vnode.translate import (
     FOLLOWED_ANNOTATION,
     Bridge,
     GangRef,
+    KueueLevel,
     api_service,
     compute_endpoint_slice,
     compute_ephemeral,
@@ -37,6 +38,7 @@ from vnode.translate import (
     domain_value,
     gang_of,
     go_quote,
+    kept_together,
     metadata_patch,
     needs_of,
     pod_view,
@@ -540,7 +542,8 @@ def test_a_jobset_follower_in_its_leaders_domain_of_the_virtual_node_follows_its
 def test_a_podset_kueue_requires_in_one_compute_domain_is_one_gang_kept_in_one_domain() -> None:
     """Kueue's topology-aware scheduling admitted a podset into one rack of the tenant's, the virtual node's, which
     stands for the compute cluster's racks: the Workload's pods become one compute gang whose podset keeps to
-    one rack. A level the virtual node meets alone (its hostname) asks nothing of the compute cluster."""
+    one rack (where one has room, if Kueue only prefers it). A level of the virtual node's own labels asks
+    nothing of the compute cluster."""
     rack = "kubeferry.io/topology-domain"
     pod = tenant_pod(nodeSelector={"kubernetes.io/hostname": "ferry-tenant-1"})
     pod["metadata"]["labels"] = {"kueue.x-k8s.io/podset": "main", "job-name": "ranked"}
@@ -556,21 +559,32 @@ def test_a_podset_kueue_requires_in_one_compute_domain_is_one_gang_kept_in_one_d
     assert made["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == [
         {"labelSelector": {"matchLabels": {"kubeferry.io/pod-group": group, "kueue.x-k8s.io/podset": "main"}},
          "topologyKey": rack}]
-    # the Workload's admitted count of each podset of the same level makes the gang (its spec's before admission)
+    # the Workload's admitted count of each podset kept in a carried level makes the gang (its spec's before
+    # admission), whatever the level: the Workload was admitted whole, and each podset keeps to its own level
     workload = {"spec": {"podSets": [
         {"name": "main", "count": 4, "topologyRequest": {"required": rack}},
-        {"name": "aux", "count": 2, "topologyRequest": {"required": rack}},
+        {"name": "aux", "count": 2, "topologyRequest": {"preferred": rack}},
         {"name": "driver", "count": 1},
+        {"name": "os", "count": 5, "topologyRequest": {"required": "kubernetes.io/os"}},
         {"name": "hosted", "count": 3, "topologyRequest": {"required": "kubernetes.io/hostname"}}]}}
-    assert kept_members(workload, pod) == 6
+    assert kept_members(workload) == 9
     workload["status"] = {"admission": {"podSetAssignments": [{"name": "main", "count": 3},
                                                               {"name": "aux", "count": 2}]}}
-    assert kept_members(workload, pod) == 5
+    assert kept_members(workload) == 8
     # one host: the virtual node is one to the tenant and stands for many, so the copies keep to one compute node
     host = copy.deepcopy(pod)
     host["metadata"]["annotations"]["kueue.x-k8s.io/podset-required-topology"] = "kubernetes.io/hostname"
     (term,) = compute_pod(host, B)["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert term["topologyKey"] == "kubernetes.io/hostname" and kept_members(workload, host) == 3
+    assert term["topologyKey"] == "kubernetes.io/hostname" and gang_of(host) == gang
+    # a preferred rack: the same gang, its podset kept in one rack where one has room (a preferred term)
+    preferred = copy.deepcopy(pod)
+    annotations = preferred["metadata"]["annotations"]
+    annotations["kueue.x-k8s.io/podset-preferred-topology"] = annotations.pop("kueue.x-k8s.io/podset-required-topology")
+    assert gang_of(preferred) == gang and kept_together(preferred) == KueueLevel(rack, required=False)
+    near = compute_pod(preferred, B)["spec"]["affinity"]["podAffinity"]
+    assert near == {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
+        "labelSelector": {"matchLabels": {"kubeferry.io/pod-group": group, "kueue.x-k8s.io/podset": "main"}},
+        "topologyKey": rack}}]}
     # a plain pod group (Kueue's pod integration) is one gang already: its podset keeps to one rack so too
     grouped = copy.deepcopy(pod)
     grouped["metadata"]["annotations"] |= {"kueue.x-k8s.io/pod-group-name": "g",
@@ -579,11 +593,11 @@ def test_a_podset_kueue_requires_in_one_compute_domain_is_one_gang_kept_in_one_d
         "requiredDuringSchedulingIgnoredDuringExecution"]
     assert term["labelSelector"]["matchLabels"] == {
         "kubeferry.io/pod-group": naming.compute_name("tenant-1", "ml", "kueue.g"), "kueue.x-k8s.io/podset": "main"}
-    # not carried: a level of the virtual node's own labels (they describe it alone), a preferred level
+    # not carried: a level of the virtual node's own labels (they describe it alone), required or preferred
     for ann in ({"kueue.x-k8s.io/workload": "w", "kueue.x-k8s.io/podset-required-topology": "kubernetes.io/os"},
-                {"kueue.x-k8s.io/workload": "w", "kueue.x-k8s.io/podset-preferred-topology": rack}):
+                {"kueue.x-k8s.io/workload": "w", "kueue.x-k8s.io/podset-preferred-topology": "kubernetes.io/os"}):
         pod["metadata"]["annotations"] = ann
-        assert gang_of(pod) is None and kept_members(workload, pod) == 0
+        assert gang_of(pod) is None and kept_together(pod) is None
         assert "affinity" not in compute_pod(pod, B)["spec"]
 
 
