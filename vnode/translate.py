@@ -550,8 +550,7 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
         labels[naming.SUBDOMAIN_LABEL] = svc
     if gang := gang_of(pod):
         labels[POD_GROUP_LABEL] = naming.compute_name(b.tenant, ns, f"{gang.kind}.{gang.name}")
-        if gang.kind in ("kueue", "kueue-workload"):  # a pod group's or a Workload's podset in one domain
-            _kept_in_one_domain(meta, spec, labels[POD_GROUP_LABEL])
+        _kept_in_one_domain(meta, spec, labels[POD_GROUP_LABEL])  # whichever marker made the gang
     if role := role_of(pod):
         labels[TASK_LABEL] = role
 

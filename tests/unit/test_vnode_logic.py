@@ -585,14 +585,17 @@ def test_a_podset_kueue_requires_in_one_compute_domain_is_one_gang_kept_in_one_d
     assert near == {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
         "labelSelector": {"matchLabels": {"kubeferry.io/pod-group": group, "kueue.x-k8s.io/podset": "main"}},
         "topologyKey": rack}}]}
-    # a plain pod group (Kueue's pod integration) is one gang already: its podset keeps to one rack so too
-    grouped = copy.deepcopy(pod)
-    grouped["metadata"]["annotations"] |= {"kueue.x-k8s.io/pod-group-name": "g",
-                                           "kueue.x-k8s.io/pod-group-total-count": "2"}
-    (term,) = compute_pod(grouped, B)["spec"]["affinity"]["podAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"]
-    assert term["labelSelector"]["matchLabels"] == {
-        "kubeferry.io/pod-group": naming.compute_name("tenant-1", "ml", "kueue.g"), "kueue.x-k8s.io/podset": "main"}
+    # a plain pod group (Kueue's pod integration), or a Volcano gang (an MPIJob whose operator gang-schedules
+    # with Volcano), is one gang already: its podset keeps to one rack so too
+    for marker, kind in (({"kueue.x-k8s.io/pod-group-name": "g", "kueue.x-k8s.io/pod-group-total-count": "2"},
+                          "kueue"), ({"scheduling.k8s.io/group-name": "g"}, "volcano")):
+        grouped = copy.deepcopy(pod)
+        grouped["metadata"]["annotations"] |= marker
+        (term,) = compute_pod(grouped, B)["spec"]["affinity"]["podAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]
+        assert term["labelSelector"]["matchLabels"] == {
+            "kubeferry.io/pod-group": naming.compute_name("tenant-1", "ml", f"{kind}.g"),
+            "kueue.x-k8s.io/podset": "main"}
     # not carried: a level of the virtual node's own labels (they describe it alone), required or preferred
     for ann in ({"kueue.x-k8s.io/workload": "w", "kueue.x-k8s.io/podset-required-topology": "kubernetes.io/os"},
                 {"kueue.x-k8s.io/workload": "w", "kueue.x-k8s.io/podset-preferred-topology": "kubernetes.io/os"}):
