@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, IPvAnyAddress, field_validator, model_validator
 
 from vnode.podsecurity import PodSecurity
-from vnode.translate import Bridge, Selector
+from vnode.translate import LABEL_VALUE, Bridge, Selector
 
 DEFAULT_SERVED = ("kube-ferry", "volcano", "scheduler-plugins", "scheduler-plugins-scheduler")
 # node labels the virtual node carries when every GPU node of the compute cluster has the same value (a key,
@@ -19,7 +19,6 @@ DEFAULT_ADVERTISED = ("nvidia.com/gpu.", "nvidia.com/cuda.", "nvidia.com/mig.", 
 # its own, as it carries a hostname of its own (vnode/node.py ``domains``)
 DEFAULT_DOMAINS = ("topology.kubernetes.io/", "kubeferry.io/topology-domain")
 _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 _POOL_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,20}[a-z0-9])?$")
 
 

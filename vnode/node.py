@@ -22,9 +22,8 @@ from ferry.kube import quantity
 from ferry.kube.rest import STRATEGIC, Rest, path, status_of
 from ferry.kube.timestamps import now
 from vnode.caches import Caches
-from vnode.config import LABEL_VALUE
 from vnode.events import Recorder
-from vnode.translate import domain_value, node_labels
+from vnode.translate import LABEL_VALUE, domain_value, node_labels
 
 Obj = dict[str, Any]
 TAINT = {"key": "virtual-kubelet.io/provider", "value": "kube-ferry", "effect": "NoSchedule"}

@@ -37,6 +37,10 @@ KUEUE_WORKLOAD = "kueue.x-k8s.io/workload"
 KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 KUEUE_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 KUEUE_PODSET = "kueue.x-k8s.io/podset"
+# Podsets that share one domain (a LeaderWorkerSet's leader and workers): Kueue's annotation, and the label a
+# copy carries it by, for a pod affinity term to select
+KUEUE_PODSET_GROUP = "kueue.x-k8s.io/podset-group-name"
+PODSET_GROUP_LABEL = PREFIX + "kueue-podset-group"
 # Exclusive placement (one group per topology domain), as JobSet (a group: a Job) and LeaderWorkerSet (a leader
 # and its workers) do it: a group's leader gets a pod affinity with its group's pods and an anti-affinity with
 # other groups' over the annotated key, each other pod (a follower) a nodeSelector of the leader's node's value
@@ -83,6 +87,7 @@ class Bridge:
 
 DOMAIN_SUFFIX = ".virtual"  # see domain_value
 LABEL_VALUE_MAX = 63
+LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 
 
 def node_labels(node: str, tenant: str) -> dict[str, str]:
@@ -192,16 +197,21 @@ def _with_its_leader(meta: Obj, spec: Obj, node: str) -> None:
         {"key": label, "operator": "In", "values": [group]}]}, "topologyKey": key})
 
 
-def _kept_in_one_domain(meta: Obj, spec: Obj, group: str) -> None:
+def _kept_in_one_domain(meta: Obj, spec: Obj, labels: dict[str, str]) -> None:
     """A podset Kueue admitted into one domain (``kept_together``) as the compute scheduler reads it: a pod
-    affinity among the gang's pods of the podset over the level's key, required or preferred as the podset
-    asks. The scheduler meets it by placing the gang in one domain, the tightest with room first; a preferred
-    one, where no domain has room, wherever the gang fits."""
+    affinity among the gang's pods of the podset (of its podset group, if it names one: the group shares one
+    domain) over the level's key, required or preferred as the podset asks, given the copy's ``labels`` (its
+    gang's, and the podset group's label the term selects). The scheduler meets it by placing the gang in one
+    domain, the tightest with room first; a preferred one, where no domain has room, wherever the gang fits."""
     level = kept_together({"metadata": meta})
     if level is None:
         return
-    match = {POD_GROUP_LABEL: group}
-    if podset := (meta.get("labels") or {}).get(KUEUE_PODSET):
+    match = {POD_GROUP_LABEL: labels[POD_GROUP_LABEL]}
+    if shared := str((meta.get("annotations") or {}).get(KUEUE_PODSET_GROUP) or ""):
+        match[PODSET_GROUP_LABEL] = labels[PODSET_GROUP_LABEL] = (
+            shared if LABEL_VALUE.match(shared)
+            else hashlib.sha256(shared.encode()).hexdigest()[:LABEL_VALUE_MAX])
+    elif podset := labels.get(KUEUE_PODSET):
         match[KUEUE_PODSET] = podset
     term = {"labelSelector": {"matchLabels": match}, "topologyKey": level.key}
     if level.required:
@@ -550,7 +560,7 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
         labels[naming.SUBDOMAIN_LABEL] = svc
     if gang := gang_of(pod):
         labels[POD_GROUP_LABEL] = naming.compute_name(b.tenant, ns, f"{gang.kind}.{gang.name}")
-        _kept_in_one_domain(meta, spec, labels[POD_GROUP_LABEL])  # whichever marker made the gang
+        _kept_in_one_domain(meta, spec, labels)  # whichever marker made the gang
     if role := role_of(pod):
         labels[TASK_LABEL] = role
 

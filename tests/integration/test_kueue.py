@@ -20,6 +20,7 @@ reads a metrics certificate at a fixed path under /etc: it is given one in a mou
 
 from __future__ import annotations
 
+import copy
 import subprocess
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import datetime
@@ -58,6 +59,7 @@ from tests.integration.test_trainer import (
 )
 from tests.integration.test_vnode import compute_pod_of
 from vnode.naming import UPSTREAM_NAME_ANNOTATION, UPSTREAM_NS_LABEL
+from vnode.translate import PODSET_GROUP_LABEL
 
 T = TypeVar("T")
 TENANT = "tenant-1"
@@ -572,6 +574,47 @@ async def test_a_rack_kueue_prefers_holds_in_the_compute_cluster_where_one_has_r
         return all([_finished(await batch.read_namespaced_job(name, tenant_ns)) is not None for name in levels])
 
     await _waited(tenant_api, tenant_ns, complete, timeout=90, interval=1, what="the Jobs Complete")
+
+
+async def test_a_kueue_podset_group_shares_one_compute_host(
+        kueue: list[str], tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """A JobSet whose leader (one 2-GPU pod) and workers (two 2-GPU pods) form one podset group
+    (``kueue.x-k8s.io/podset-group-name``) that requires one host, as Kueue's documentation pairs a leader with
+    its workers. Kueue admits it on the virtual node; in the compute cluster the three copies are one gang, each
+    with a required pod affinity over hostnames with the group's copies (selected by a label of the copies'
+    own), so they share one node, and the JobSet completes."""
+    await _topology_queue(tenant_api, tenant_ns)
+    body = jobset("paired", pods=2, duration="10s")
+    body["metadata"]["labels"] = {QUEUE_LABEL: "racks"}
+    workers = body["spec"]["replicatedJobs"][0]
+    pod = workers["template"]["spec"]["template"]
+    pod["spec"]["tolerations"] = []  # the flavor brings it
+    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "2"
+    pod["metadata"]["annotations"] |= {"kueue.x-k8s.io/podset-required-topology": HOSTNAME,
+                                       "kueue.x-k8s.io/podset-group-name": "paired"}
+    leader = copy.deepcopy(workers)
+    leader["name"] = "leader"
+    leader["template"]["spec"] |= {"parallelism": 1, "completions": 1}
+    body["spec"]["replicatedJobs"].insert(0, leader)
+    custom = client.CustomObjectsApi(tenant_api)
+    await custom.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", tenant_ns, "jobsets", body)
+
+    copies = await _waited(tenant_api, tenant_ns, lambda: running_copies(compute_api, tenant_ns, 3), timeout=90,
+                           what="the JobSet's 3 pods Running")
+    groups = await _compute_groups(compute_api, tenant_ns)
+    assert [g["spec"]["minMember"] for g in groups] == [3], groups
+    for c in copies:
+        (term,) = c.spec.affinity.pod_affinity.required_during_scheduling_ignored_during_execution
+        assert term.topology_key == HOSTNAME and term.label_selector.match_labels == {
+            POD_GROUP_LABEL: c.metadata.labels[POD_GROUP_LABEL], PODSET_GROUP_LABEL: "paired"}, term
+    assert len({c.spec.node_name for c in copies}) == 1, [c.spec.node_name for c in copies]
+
+    async def completed() -> bool:
+        js = await custom.get_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", tenant_ns, "jobsets", "paired")
+        return any(c["type"] == "Completed" and c["status"] == "True"
+                   for c in (js.get("status") or {}).get("conditions") or [])
+
+    await _waited(tenant_api, tenant_ns, completed, timeout=90, interval=1, what="the JobSet Completed")
 
 
 async def test_a_vnode_that_may_not_read_kueues_workloads_says_so_on_the_pod_and_runs_it_once_granted(

@@ -27,6 +27,7 @@ from vnode.gangs import (
 from vnode.node import Outage, advertised, capacity, domains, forbidden
 from vnode.translate import (
     FOLLOWED_ANNOTATION,
+    LABEL_VALUE,
     Bridge,
     GangRef,
     KueueLevel,
@@ -596,6 +597,18 @@ def test_a_podset_kueue_requires_in_one_compute_domain_is_one_gang_kept_in_one_d
         assert term["labelSelector"]["matchLabels"] == {
             "kubeferry.io/pod-group": naming.compute_name("tenant-1", "ml", f"{kind}.g"),
             "kueue.x-k8s.io/podset": "main"}
+    # podsets of one podset group (a LeaderWorkerSet's leader and workers) share one domain: the term selects
+    # the group by a label of the copies' own, valid whatever the group's name
+    for shared in ("lws-group", "g" * 200):
+        member = copy.deepcopy(pod)
+        member["metadata"]["annotations"]["kueue.x-k8s.io/podset-group-name"] = shared
+        made = compute_pod(member, B)
+        (term,) = made["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        value = made["metadata"]["labels"]["kubeferry.io/kueue-podset-group"]
+        assert term["labelSelector"]["matchLabels"] == {"kubeferry.io/pod-group": group,
+                                                        "kubeferry.io/kueue-podset-group": value}
+        assert LABEL_VALUE.match(value) and (value == shared or len(value) == 63), value
+        assert "kubeferry.io/kueue-podset-group" not in member["metadata"].get("labels", {})
     # not carried: a level of the virtual node's own labels (they describe it alone), required or preferred
     for ann in ({"kueue.x-k8s.io/workload": "w", "kueue.x-k8s.io/podset-required-topology": "kubernetes.io/os"},
                 {"kueue.x-k8s.io/workload": "w", "kueue.x-k8s.io/podset-preferred-topology": "kubernetes.io/os"}):
