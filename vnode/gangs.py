@@ -140,9 +140,12 @@ def kept_members(workload: Obj) -> int:
                 ((workload.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []}
     return sum(int(admitted.get(str(podset.get("name"))) or podset.get("count") or 0)
                for podset in (workload.get("spec") or {}).get("podSets") or []
-               if any(carried_level(str(level or "")) for level in (
-                   (podset.get("topologyRequest") or {}).get("required"),
-                   (podset.get("topologyRequest") or {}).get("preferred"))))
+               if carried_level(_level_of(podset.get("topologyRequest") or {})))
+
+
+def _level_of(request: Obj) -> str:
+    """A podset's level as Kueue read it from its annotations: required, else preferred (never both)."""
+    return str(request.get("required") or request.get("preferred") or "")
 
 
 class Gangs:
