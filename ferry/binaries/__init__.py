@@ -8,6 +8,7 @@ the Go version and the build flags; a changed pin builds a new set, an unchanged
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
@@ -16,7 +17,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,7 +139,19 @@ def ensure(progress: Progress = _print_progress) -> Binaries:
     found = locate()
     if found is not None:
         return found
-    return build(progress)
+    _, _, text = go_version()
+    with building(cache_root() / "bin" / version_key(text)):
+        return locate() or build(progress)  # built meanwhile by whoever held the lock
+
+
+@contextmanager
+def building(final: Path) -> Iterator[None]:
+    """Hold the cache's lock on ``final`` while it is built. Two processes that need one set at once (two test
+    workers, a test and `ferry up`) then build it once: the second waits, and finds it complete."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with (final.parent / f".{final.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 def build(progress: Progress = _print_progress) -> Binaries:

@@ -24,7 +24,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ferry.binaries import BuildError, Progress, _build_one, _go_env, _print_progress, cache_root, go_version
+from ferry.binaries import (
+    BuildError,
+    Progress,
+    _build_one,
+    _go_env,
+    _print_progress,
+    building,
+    cache_root,
+    go_version,
+)
 
 VOLCANO_MODULE, VOLCANO_VERSION = "volcano.sh/volcano", "v1.15.1"
 VOLCANO_GIT_DEFAULT = Path("/work/.mirror/volcano-sh+volcano/repo")
@@ -84,22 +93,24 @@ def build_from_module(folder: str, what: str, module: str, version: str,
     final = cache_root() / folder / key
     if (final / ".complete").exists():
         return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    progress(f"building {what} {version} from its Go module into {final}")
-    info = download_module(module, version)
-    with tempfile.TemporaryDirectory(dir=final.parent, prefix=f".{key}-") as tmp:
-        src, out = Path(tmp) / "src", Path(tmp) / "out"
-        shutil.copytree(str(info["Dir"]), src)
-        for p in [src, *src.rglob("*")]:
-            p.chmod(p.stat().st_mode | 0o200)
-        out.mkdir()
-        make(src, out, info)
-        (out / ".complete").write_text(f"{module} {version}\n{go_text}\n")
-        if final.exists():
-            shutil.rmtree(final)
-        out.rename(final)
-    progress(f"{what} ready in {time.monotonic() - started:.0f} s: {final}")
+    with building(final):
+        if (final / ".complete").exists():  # built meanwhile by whoever held the lock
+            return final
+        started = time.monotonic()
+        progress(f"building {what} {version} from its Go module into {final}")
+        info = download_module(module, version)
+        with tempfile.TemporaryDirectory(dir=final.parent, prefix=f".{key}-") as tmp:
+            src, out = Path(tmp) / "src", Path(tmp) / "out"
+            shutil.copytree(str(info["Dir"]), src)
+            for p in [src, *src.rglob("*")]:
+                p.chmod(p.stat().st_mode | 0o200)
+            out.mkdir()
+            make(src, out, info)
+            (out / ".complete").write_text(f"{module} {version}\n{go_text}\n")
+            if final.exists():
+                shutil.rmtree(final)
+            out.rename(final)
+        progress(f"{what} ready in {time.monotonic() - started:.0f} s: {final}")
     return final
 
 

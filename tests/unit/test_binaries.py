@@ -1,11 +1,17 @@
-"""Binary builds fail with one clear line when Go is missing or too old."""
+"""Binary builds fail with one clear line when Go is missing or too old, and run once for processes that need
+them at once."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
+
+import pytest
+
+from ferry.binaries import peers
 
 
 def _ferry(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -29,3 +35,36 @@ def test_old_go_is_named(tmp_path: Path) -> None:
     res = _ferry(env)
     assert res.returncode == 1
     assert "ferry: error: Go go1.22.4 is too old: Kubernetes v1.36.3 needs Go >= 1.26" in res.stderr
+
+
+def test_two_processes_needing_one_module_build_it_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Test workers start at once on a cold cache: the second waits for the first's build and reuses it
+    (before the lock, both built, and one replaced the folder the other was running from)."""
+    module_dir = tmp_path / "module"
+    module_dir.mkdir()
+    (module_dir / "main.go").write_text("package main\n")
+    monkeypatch.setenv("FERRY_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(peers, "go_version", lambda: (1, 26, "go1.26.8"))
+    monkeypatch.setattr(peers, "download_module", lambda module, version: {"Dir": str(module_dir)})
+    builds: list[str] = []
+    second = threading.Event()
+
+    def make(src: Path, out: Path, _: dict[str, object]) -> None:
+        builds.append(threading.current_thread().name)
+        if len(builds) > 1:
+            second.set()  # only without the lock does a second build start while the first runs
+        else:
+            second.wait(timeout=2)
+        (out / "tool").write_text("built")
+
+    results: list[Path] = []
+    workers = [threading.Thread(target=lambda: results.append(
+        peers.build_from_module("clients", "a tool", "example.com/tool", "v1.0.0", make, lambda _: None)),
+        name=f"worker-{i}") for i in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=30)
+    assert len(builds) == 1, builds
+    assert len(results) == 2 and results[0] == results[1]
+    assert (results[0] / "tool").read_text() == "built"
