@@ -212,9 +212,24 @@ async def _state(api: client.ApiClient, ns: str) -> str:
 
 
 async def _local_queue(api: client.ApiClient, ns: str) -> None:
+    """LocalQueue ``team`` in ``ns``, once Kueue's webhooks know ``ns``: they read namespaces from Kueue's
+    cache, and refuse a pod of a namespace it has not seen yet ("Namespace ... not found"), as a loaded
+    machine showed."""
     await client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, ns, "localqueues", {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "LocalQueue", "metadata": {"name": "team"},
         "spec": {"clusterQueue": CLUSTER_QUEUE}})
+    core = client.CoreV1Api(api)
+
+    async def known() -> bool:
+        try:
+            await core.create_namespaced_pod(ns, gated_pod("kueue-knows-the-namespace", 1), dry_run="All")
+        except ApiException as exc:
+            if exc.status == 404 and "Namespace" in str(exc.body):
+                return False
+            raise
+        return True
+
+    await eventually(known, timeout=60, what=f"Kueue's webhooks to know namespace {ns}")
 
 
 def _container(gpus: int) -> dict[str, Any]:
