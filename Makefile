@@ -25,8 +25,11 @@ binaries: $(STAMP)
 	$(BIN)/ferry binaries
 
 ## The full test run: lint, unit and integration tests on real control planes (the 15 slowest listed).
+## TEST_WORKERS pytest processes share the files out, each with control planes of its own: the run mostly
+## waits on timers (grace periods, kwok's pod durations, watch back-offs), so two overlap those waits.
+TEST_WORKERS ?= 2
 test: binaries lint
-	$(BIN)/pytest -q -ra --durations=15
+	$(BIN)/pytest -q -ra --durations=15 -n $(TEST_WORKERS) --dist loadfile
 
 test-unit: $(STAMP)
 	$(BIN)/pytest -q -ra -m "not integration"
