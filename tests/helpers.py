@@ -53,6 +53,22 @@ async def eventually(
         await asyncio.sleep(interval)
 
 
+async def accepted_once_cached(create: Callable[[], Awaitable[object]], status: int, says: str, what: str,
+                               timeout: float = 30.0) -> None:
+    """Make ``create``'s request again while a webhook refuses it for what its cache has not seen yet (``status``,
+    with ``says`` in the body): operators' webhooks look objects up in informer caches that lag the API."""
+    async def accepted() -> bool:
+        try:
+            await create()
+        except ApiException as exc:
+            if exc.status == status and says in str(exc.body):
+                return False
+            raise
+        return True
+
+    await eventually(accepted, timeout=timeout, what=what)
+
+
 def wait_sync(check: Callable[[], T | None], timeout: float = 30.0, what: str = "condition") -> T:
     end = time.monotonic() + timeout
     while True:

@@ -40,6 +40,7 @@ from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
 from ferry.keys import POD_GROUP_LABEL
 from tests.helpers import (
+    accepted_once_cached,
     controller_with_webhooks,
     eventually,
     install_crd,
@@ -219,17 +220,8 @@ async def _local_queue(api: client.ApiClient, ns: str) -> None:
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "LocalQueue", "metadata": {"name": "team"},
         "spec": {"clusterQueue": CLUSTER_QUEUE}})
     core = client.CoreV1Api(api)
-
-    async def known() -> bool:
-        try:
-            await core.create_namespaced_pod(ns, gated_pod("kueue-knows-the-namespace", 1), dry_run="All")
-        except ApiException as exc:
-            if exc.status == 404 and "Namespace" in str(exc.body):
-                return False
-            raise
-        return True
-
-    await eventually(known, timeout=60, what=f"Kueue's webhooks to know namespace {ns}")
+    await accepted_once_cached(lambda: core.create_namespaced_pod(ns, gated_pod("probe", 1), dry_run="All"), 404,
+                               "Namespace", f"Kueue's webhooks to know namespace {ns}", timeout=60)
 
 
 def _container(gpus: int) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
 from tests.helpers import (
     CONTROLLER_RUNTIME_CERT_DIR,
+    accepted_once_cached,
     compute_copies,
     controller_with_webhooks,
     eventually,
@@ -289,16 +290,8 @@ async def test_a_trainjob_on_the_releases_runtime_is_validated_suspended_resumed
 async def created(objects: client.CustomObjectsApi, ns: str, job: dict[str, Any]) -> None:
     """Create ``job``, again while Trainer's webhook has not yet seen its runtime (it looks runtimes up in its
     cache, which sees a new one a moment later)."""
-    async def accepted() -> bool:
-        try:
-            await objects.create_namespaced_custom_object(*API, ns, "trainjobs", job)
-        except ApiException as exc:
-            if exc.status == 403 and "must be created before the TrainJob" in str(exc.body):
-                return False
-            raise
-        return True
-
-    await eventually(accepted, timeout=30, what=f"TrainJob {job['metadata']['name']} accepted")
+    await accepted_once_cached(lambda: objects.create_namespaced_custom_object(*API, ns, "trainjobs", job), 403,
+                               "must be created before the TrainJob", f"TrainJob {job['metadata']['name']} accepted")
 
 
 async def trainjob_complete(objects: client.CustomObjectsApi, ns: str, name: str) -> bool:
