@@ -136,12 +136,7 @@ def _print_progress(line: str) -> None:
 
 def ensure(progress: Progress = _print_progress) -> Binaries:
     """Return the cached set, building it first when the pins changed or nothing is cached."""
-    found = locate()
-    if found is not None:
-        return found
-    _, _, text = go_version()
-    with building(cache_root() / "bin" / version_key(text)):
-        return locate() or build(progress)  # built meanwhile by whoever held the lock
+    return locate() or build(progress, reuse=True)
 
 
 @contextmanager
@@ -154,26 +149,32 @@ def building(final: Path) -> Iterator[None]:
         yield
 
 
-def build(progress: Progress = _print_progress) -> Binaries:
+def build(progress: Progress = _print_progress, reuse: bool = False) -> Binaries:
+    """Build the set for the current pins under the cache's lock (``ferry binaries --rebuild`` too, so a
+    rebuild never replaces a folder another build is writing); with ``reuse``, a set completed meanwhile by
+    whoever held the lock is returned as it is."""
     _, _, text = go_version()
     key = version_key(text)
     final = cache_root() / "bin" / key
-    final.parent.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    progress(f"building control-plane binaries (Kubernetes {KUBERNETES_VERSION}, etcd, kwok) with {text} into {final}")
-    with tempfile.TemporaryDirectory(dir=final.parent, prefix=f".{key}-") as tmp:
-        staging = Path(tmp)
-        for name, (folder, package) in TARGETS.items():
-            _build_one(name, GO_DIR / folder, package, staging / name, progress)
-        for command in K8S_COMMANDS:
-            (staging / command).symlink_to("k8s")
-        for command in COMMANDS:
-            _check_runs(staging / command)
-        (staging / ".complete").write_text(f"{KUBERNETES_VERSION}\n{text}\n")
-        if final.exists():
-            shutil.rmtree(final)
-        staging.rename(final)
-    progress(f"binaries ready in {time.monotonic() - started:.0f} s: {final}")
+    with building(final):
+        if reuse and (final / ".complete").exists():
+            return Binaries(final)
+        started = time.monotonic()
+        progress(f"building control-plane binaries (Kubernetes {KUBERNETES_VERSION}, etcd, kwok) with {text} "
+                 f"into {final}")
+        with tempfile.TemporaryDirectory(dir=final.parent, prefix=f".{key}-") as tmp:
+            staging = Path(tmp)
+            for name, (folder, package) in TARGETS.items():
+                _build_one(name, GO_DIR / folder, package, staging / name, progress)
+            for command in K8S_COMMANDS:
+                (staging / command).symlink_to("k8s")
+            for command in COMMANDS:
+                _check_runs(staging / command)
+            (staging / ".complete").write_text(f"{KUBERNETES_VERSION}\n{text}\n")
+            if final.exists():
+                shutil.rmtree(final)
+            staging.rename(final)
+        progress(f"binaries ready in {time.monotonic() - started:.0f} s: {final}")
     return Binaries(final)
 
 
