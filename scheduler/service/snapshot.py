@@ -684,7 +684,14 @@ def _shape(pods: list[Obj], group: Obj | None, namespace_queue: str | None) -> J
             recorded = (p["metadata"].get("annotations") or {}).get(DEVICES_ANNOTATION)
             devices = tuple(int(d) for d in recorded.split(",") if d.strip().isdigit()) if recorded else ()
             replicas.append((task, i, p.get("spec", {}).get("nodeName"), devices))
+    # A job's place in its queue is when it arrived. Its PodGroup outlives its pods, so a gang evicted and
+    # made again by its operator keeps the place it had (as Volcano orders jobs by their PodGroup's
+    # creation, and as the trace replays file a victim's new run): its new pods' creation would send it
+    # behind every job that arrived while it ran. A pod without a PodGroup is a new job when made again.
     created = min((p["metadata"].get("creationTimestamp", "") for p in pods), default="")
+    group_created = str(((group or {}).get("metadata") or {}).get("creationTimestamp") or "")
+    if group_created and (not created or group_created < created):
+        created = group_created
     bound = [p["metadata"].get("annotations", {}) for p in pods if p.get("spec", {}).get("nodeName")]
     # The later of the two: a PodGroup's scheduledTime may be an earlier incarnation's until it is rewritten.
     gstatus = (group or {}).get("status") or {}

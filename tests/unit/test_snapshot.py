@@ -114,6 +114,37 @@ def test_a_running_job_knows_when_it_started_so_young_jobs_are_protected() -> No
     assert waiting.cluster.jobs["ns/g"].start_time is None
 
 
+def test_a_gang_made_again_after_an_eviction_keeps_its_place_by_its_podgroups_creation() -> None:
+    """Its operator makes new pods after the eviction; a job of the same queue that arrived while the gang
+    ran waits behind it all the same, as in the trace replays. A pod without a PodGroup is a new job."""
+    from scheduler.core.model import JobPhase
+    from scheduler.core.scheduler import Scheduler
+
+    def member(name: str, group: str, created: str) -> dict[str, Any]:
+        p = pod(name, gpus="8")
+        p["metadata"].update(labels={"kubeferry.io/pod-group": group}, creationTimestamp=created)
+        return p
+
+    def group(name: str, created: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": "ns", "creationTimestamp": created},
+                "spec": {"minMember": 1, "queue": "team"}}
+
+    pods = {"ns/back": member("back", "g", "2026-11-29T10:01:40Z"),  # the operator's new pod, after the eviction
+            "ns/later": member("later", "h", "2026-11-29T10:00:30Z")}  # arrived while g ran
+    groups = {"ns/g": group("g", "2026-11-29T09:00:00Z"), "ns/h": group("h", "2026-11-29T10:00:20Z")}
+    queues = {"team": {"metadata": {"name": "team"}, "spec": {"guaranteed": {"gpu": "8"}}}}
+    snap = build(NODES, pods, groups, queues, 1795946700.0)
+    assert snap.cluster.jobs["ns/g"].submit_time == 1795942800.0  # 09:00:00Z, its PodGroup's creation
+    assert snap.cluster.jobs["ns/h"].submit_time == 1795946420.0  # 10:00:20Z: the earlier of the two
+    Scheduler(snap.cluster).cycle(1795946700.0)
+    assert snap.cluster.jobs["ns/g"].phase is JobPhase.RUNNING and snap.cluster.jobs["ns/h"].phase is JobPhase.PENDING
+
+    bare = pod("bare", gpus="8")
+    del bare["metadata"]["labels"]
+    alone = build(NODES, {"ns/bare": bare}, {}, queues, 1795946700.0)
+    assert alone.cluster.jobs["ns/pod/bare"].submit_time == 1795946400.0  # its own creation, 10:00:00Z
+
+
 def _queue(name: str, created: str, *namespaces: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "creationTimestamp": created}, "spec": {"namespaces": list(namespaces)}}
 
