@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -163,6 +164,39 @@ async def _phase(custom: client.CustomObjectsApi, ns: str) -> bool:
 async def _node_of(core: client.CoreV1Api, ns: str, name: str) -> str | None:
     p = await core.read_namespaced_pod(name, ns)
     return p.spec.node_name  # type: ignore[no-any-return]
+
+
+async def test_a_gang_whose_pods_are_made_again_keeps_its_place_by_its_podgroup(
+    ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str, private_node: str
+) -> None:
+    """An operator makes a gang's pods again after an eviction; its PodGroup is older than a job that
+    arrived meanwhile, and the gang goes first when the node frees, as the trace replays assume."""
+    core = client.CoreV1Api(compute_api)
+    custom = client.CustomObjectsApi(compute_api)
+    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
+    await core.create_namespaced_pod(compute_ns, pod("blocker", compute_ns, gpus=8))
+    await eventually(lambda: _node_of(core, compute_ns, "blocker"), timeout=30, what="blocker bound")
+
+    async def group(name: str) -> float:
+        made = await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": name},
+            "spec": {"minMember": 1}})
+        return datetime.fromisoformat(made["metadata"]["creationTimestamp"].replace("Z", "+00:00")).timestamp()
+
+    async def second_after(t: float) -> bool:  # creation times have whole seconds: the next one must differ
+        return time.time() >= t + 1.0
+
+    old = await group("old")  # the gang that ran before
+    await eventually(lambda: second_after(old), timeout=5, what="a second after the old PodGroup")
+    newer = await group("newer")
+    await core.create_namespaced_pod(compute_ns, pod("newer-0", compute_ns, gpus=8, group="newer"))
+    await eventually(lambda: second_after(newer), timeout=5, what="a second after the newer job")
+    await core.create_namespaced_pod(compute_ns, pod("old-0", compute_ns, gpus=8, group="old"))  # made again
+    await eventually(lambda: _reason_of(custom, compute_ns, "old"), timeout=30, what="the old gang told why it waits")
+
+    await core.delete_namespaced_pod("blocker", compute_ns, grace_period_seconds=0)
+    await eventually(lambda: _node_of(core, compute_ns, "old-0"), timeout=30, what="the old gang bound first")
+    assert await _node_of(core, compute_ns, "newer-0") is None
 
 
 async def test_four_quarter_gpu_pods_share_one_device(
