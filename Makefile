@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO_DIR ?= .demo
 
-.PHONY: all venv binaries test test-unit test-integration test-faults soak overload lint typecheck demo demo-down down e2e e2e-kind \
+.PHONY: all venv binaries test test-clients test-unit test-integration test-faults soak overload lint typecheck demo demo-down down e2e e2e-kind \
         bench bench-core bench-openb bench-philly bench-philly-heldout bench-philly-jitter bench-philly-groupings bench-synthetic bench-consolidation bench-scheduler bench-bridge bench-dns bench-replay image clean
 
 all: test
@@ -28,8 +28,13 @@ binaries: $(STAMP)
 ## TEST_WORKERS pytest processes share the files out, each with control planes of its own: the run mostly
 ## waits on timers (grace periods, kwok's pod durations, watch back-offs), so two overlap those waits.
 TEST_WORKERS ?= 2
-test: binaries lint
+test: test-clients lint
 	$(BIN)/pytest -q -ra --durations=15 -n $(TEST_WORKERS) --dist loadfile
+
+## The operators the integration tests run as tenant clients, built before the tests so that a cold cache
+## costs build time once instead of a test's timeout.
+test-clients: binaries
+	$(BIN)/ferry binaries --clients
 
 test-unit: $(STAMP)
 	$(BIN)/pytest -q -ra -m "not integration"

@@ -34,6 +34,11 @@ def cmd_binaries(args: argparse.Namespace) -> int:
 
     try:
         found = binaries.build(_progress) if args.rebuild else binaries.ensure(_progress)
+        if args.clients:
+            from ferry.binaries.clients import ALL, ensure_operator
+
+            for source in ALL:
+                ensure_operator(source, _progress)
     except binaries.BuildError as exc:
         _die(str(exc))
     print(found.root)
@@ -337,6 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("binaries", help="build (or find cached) kube-apiserver, etcd, kwok; print their folder")
     p.add_argument("--rebuild", action="store_true")
+    p.add_argument("--clients", action="store_true",
+                   help="also build (or find cached) the operators the integration tests run as tenant clients")
     p.set_defaults(func=cmd_binaries)
 
     _register_optional(sub)

@@ -63,6 +63,11 @@ VOLCANO_JOBS = OperatorSource("Volcano job controller", "volcano.sh/volcano", "v
                               "./cmd/controller-manager", "config/crd/volcano/bases", "worker-threads",
                               also=(("vc-webhook-manager", "./cmd/webhook-manager"),))
 
+# every client the integration tests run: ``ferry binaries --clients`` builds them before the tests start, so
+# that a cold cache costs build time once, not a test's timeout
+ALL = (TRAINING_OPERATOR, MPI_OPERATOR, KUBERAY, TRAINER, JOBSET, LEADER_WORKER_SET, KUEUE, METRICS_SERVER,
+       VOLCANO_JOBS)
+
 
 @dataclass(frozen=True)
 class Operator:

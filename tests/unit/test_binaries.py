@@ -68,3 +68,13 @@ def test_two_processes_needing_one_module_build_it_once(tmp_path: Path, monkeypa
     assert len(builds) == 1, builds
     assert len(results) == 2 and results[0] == results[1]
     assert (results[0] / "tool").read_text() == "built"
+
+
+def test_every_client_operator_is_built_before_the_tests() -> None:
+    """``ferry binaries --clients`` (``make test-clients``) builds ``ALL``: a client missing there would be
+    built inside its first test's timeout on a cold cache."""
+    from ferry.binaries import clients
+
+    defined = {v for v in vars(clients).values() if isinstance(v, clients.OperatorSource)}
+    assert defined == set(clients.ALL)
+    assert len(clients.ALL) == len(set(clients.ALL))
