@@ -32,8 +32,8 @@ test: test-clients lint
 	$(BIN)/pytest -q -ra --durations=15 -n $(TEST_WORKERS) --dist loadfile
 
 ## The operators the integration tests run as tenant clients, built before the tests so that a cold cache
-## costs build time once instead of a test's timeout.
-test-clients: binaries
+## costs build time once instead of a test's timeout (`--clients` ensures the control-plane binaries too).
+test-clients: $(STAMP)
 	$(BIN)/ferry binaries --clients
 
 test-unit: $(STAMP)
