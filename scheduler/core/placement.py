@@ -606,6 +606,8 @@ class Placer:
             return self._place(job, by_size, excluded, probe)
         # replicas that follow others (a term that does not select them) after those they may follow
         order = sorted(replicas, key=lambda r: (_follows(tasks[r.task].request), -tasks[r.task].request.gpu_total))
+        if not preferred and len(set(terms)) > 1 and _apart_groups(job, replicas, {t.term for t in terms}):
+            return self._place_groups(job, order, sorted(set(terms), key=lambda t: (t.key, t.term)), excluded, probe)
         term = min(terms, key=lambda t: (t.key, t.term))
         group = {r.task for r in replicas if term in tasks[r.task].request.together
                  or term in tasks[r.task].request.gather or term.term in tasks[r.task].request.marks}
@@ -620,6 +622,43 @@ class Placer:
             if done is not None:
                 return done
         return self._place(job, by_size, excluded, probe) if preferred else None
+
+    def _place_groups(self, job: Job, order: list[Replica], terms: list[Together | Gather], excluded: frozenset[str],
+                      probe: bool) -> list[Placement] | None:
+        """A gang of groups that each keep together by a term of their own (``_apart_groups``; say, Kueue podsets
+        that must each stay in one rack): group after group, each tried in one domain after another (tightest
+        with room first, as a gang of one group is) with the groups before it bound, then the replicas in no
+        group. Binpacking a group instead could start it in a domain too small for it, and the gang would wait
+        though it fits. A group whose term already has a domain (a replica bound there) stays there
+        (``confined``). Each group keeps the first domain it fits in: at most ``TOGETHER_TRIALS`` placements a
+        group, not their product."""
+        tasks = job.task_by_name
+        done: list[Placement] = []
+        left = list(order)
+        for term in terms:
+            group = {r.task for r in left
+                     if term in tasks[r.task].request.together or term.term in tasks[r.task].request.marks}
+            members = [r for r in left if r.task in group]
+            if not members:
+                continue
+            pins: Iterable[frozenset[str]] = (
+                [frozenset()] if self._held_domains(job, term)
+                else self._domains_to_try(term, sum(tasks[r.task].request.gpu_total for r in members), excluded))
+            tries = (self._place(job, members, excluded, False, pin, group) for pin in pins)
+            placed = next((p for p in tries if p is not None), None)
+            if placed is None:
+                self.unwind(job, done)
+                return None
+            done += placed
+            left = [r for r in left if r.task not in group]
+        rest = self._place(job, left, excluded, False) if left else []
+        if rest is None:
+            self.unwind(job, done)
+            return None
+        done += rest
+        if probe:
+            self.unwind(job, done)
+        return done
 
     def _domains_to_try(self, term: PodTerm, milli: int, excluded: frozenset[str]) -> Iterator[frozenset[str]]:
         """For each domain of ``term`` whose schedulable nodes have ``milli`` of GPU free, tightest first: the
@@ -662,6 +701,15 @@ class Placer:
         if probe:
             self.unwind(job, done)
         return done
+
+
+def _apart_groups(job: Job, replicas: list[Replica], names: set[str]) -> bool:
+    """Whether the replicas form groups that each keep together by a term of their own (each states at most one
+    term, the one that selects it, as Kueue's podsets do), so that each group can be placed on its own. A
+    replica that follows another group's (a term that does not select it) can start only once that group runs."""
+    tasks = job.task_by_name
+    return all(len(req.together) <= 1 and {t.term for t in req.together} == req.marks & names
+               for req in {tasks[r.task].request for r in replicas})
 
 
 def _follows(req: Request) -> bool:

@@ -816,6 +816,43 @@ def test_workers_that_keep_to_their_master_follow_it_into_its_zone() -> None:
     assert zones == {"b"} and all(r.phase is ReplicaPhase.BOUND for r in job.replicas), zones
 
 
+def test_a_gang_of_several_groups_that_each_keep_together_tries_each_group_in_its_own_zones() -> None:
+    # Kueue podsets each required in one zone: "big" fits only zone b; "small" (2 x 4 GPUs) fits zone c whole,
+    # while binpacking alone would start it beside the filler in zone a, where its second pod cannot follow
+    c = cluster(_zoned("a", "b", "b", "c"))
+    s = scheduler(c)
+    s.submit(gang("filler", "default", 1, 4))
+    s.cycle(0)
+    assert c.jobs["filler"].replicas[0].node == "n1"
+    job = Job("podsets", "default", [Task("big", 2, Request(cpu_milli=1000, gpus=8)),
+                                      Task("small", 2, Request(cpu_milli=1000, gpus=4))], submit_time=1)
+    _together(job, 0, together=(Together("big", "zone"),), marks=("big",))
+    _together(job, 1, together=(Together("small", "zone"),), marks=("small",))
+    probe = s.placer.place_gang(job, job.replicas, probe=True)
+    assert probe is not None and not any(r.node for r in job.replicas)  # a probe binds nothing
+    s.submit(job)
+    s.cycle(1)
+    zones = {t: {c.nodes[r.node or ""].labels["zone"] for r in job.replicas if r.task == t} for t in ("big", "small")}
+    assert zones == {"big": {"b"}, "small": {"c"}}, zones
+    # where the groups cannot all have a zone of their own, nothing is bound
+    tight = cluster(_zoned("a", "b", "b"))
+    s = scheduler(tight)
+    job = Job("podsets", "default", [Task("big", 2, Request(cpu_milli=1000, gpus=8)),
+                                      Task("other", 2, Request(cpu_milli=1000, gpus=8))])
+    _together(job, 0, together=(Together("big", "zone"),), marks=("big",))
+    _together(job, 1, together=(Together("other", "zone"),), marks=("other",))
+    assert s.placer.place_gang(job, job.replicas) is None
+    assert not any(r.node for r in job.replicas) and all(n.free_gpu_milli == 8000 for n in tight.nodes.values())
+    # workers that follow their master's zone and keep to one host among themselves are not groups of their own:
+    # they start after the master, in one pass
+    job = Job("led", "default", [Task("master", 1, Request(cpu_milli=1000, gpus=1)),
+                                 Task("worker", 2, Request(cpu_milli=1000, gpus=2))])
+    _together(job, 0, together=(), marks=("master",))
+    _together(job, 1, together=(Together("master", "zone"), Together("workers", HOSTNAME_KEY)), marks=("workers",))
+    placed = s.placer.place_gang(job, job.replicas)
+    assert placed is not None and len({p.node for p in placed}) == 1
+
+
 def test_replicas_that_keep_together_on_one_node_share_it() -> None:
     c = cluster([node("n1", 8), node("n2", 8)])
     s = scheduler(c)
