@@ -82,7 +82,8 @@ class Reclaim(Plugin):
         fw.due.append((self.name, self.due))
 
     def due(self, waiting: list[Job], now: float) -> Iterable[float]:
-        """A job's queue's delay before reclaiming ends: held nodes no longer keep it off (``could_reclaim``)."""
+        """A job's queue's delay before reclaiming ends, counted from its arrival: held nodes no longer keep it
+        off (``could_reclaim``)."""
         queues = self.sched.cluster.queues
         return (job.submit_time + queues[job.queue].preemptor_delay_s for job in waiting)
 
@@ -96,7 +97,10 @@ class Reclaim(Plugin):
         """A hold keeps no capacity from a job that could take it back once the holder ran: the job has
         waited its queue's delay before reclaiming, and the rule ``reclaim`` would grant it the holder
         (its queue within its guarantee, the holder's borrowing wherever the two compete). Kept off the
-        held nodes, such a job would only turn idle capacity into an eviction later."""
+        held nodes, such a job would only turn idle capacity into an eviction later. The delay counts from the
+        job's arrival, as the hold and starvation clocks do, not from this run's wait as the preempt action's
+        does: counting this run's wait here too was measured and lost least attained service's big-job bound
+        at Sep x 88 (docs/results.md, *Sixty-second session*)."""
         delay = self.sched.cluster.queues[job.queue].preemptor_delay_s
         return ssn.now - job.submit_time >= delay and self.within_guarantee(job, holder, ssn)
 
