@@ -60,7 +60,7 @@ from tests.integration.test_trainer import (
 )
 from tests.integration.test_vnode import compute_pod_of
 from vnode.naming import UPSTREAM_NAME_ANNOTATION, UPSTREAM_NS_LABEL
-from vnode.translate import PODSET_GROUP_LABEL
+from vnode.translate import KUEUE_PODSET, PODSET_GROUP_LABEL
 
 T = TypeVar("T")
 TENANT = "tenant-1"
@@ -618,6 +618,51 @@ async def test_a_kueue_podset_group_shares_one_compute_host(
 
     async def completed() -> bool:
         js = await custom.get_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", tenant_ns, "jobsets", "paired")
+        return any(c["type"] == "Completed" and c["status"] == "True"
+                   for c in (js.get("status") or {}).get("conditions") or [])
+
+    await _waited(tenant_api, tenant_ns, completed, timeout=90, interval=1, what="the JobSet Completed")
+
+
+async def test_a_kueue_workload_of_two_podsets_each_required_in_one_rack_keeps_each_in_a_compute_rack(
+        kueue: list[str], tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """A JobSet whose leader (one 8-GPU pod) and workers (two 4-GPU pods) are two podsets, each required in one
+    rack (no podset group: each its own). Kueue admits the Workload whole on the virtual node; in the compute
+    cluster the three copies are one gang with one required pod affinity per podset (selected by its podset
+    label), which the scheduler places group after group, each in a rack of its own choosing, and the JobSet
+    completes."""
+    await _topology_queue(tenant_api, tenant_ns)
+    body = jobset("podsets", pods=2, duration="10s")
+    body["metadata"]["labels"] = {QUEUE_LABEL: "racks"}
+    workers = body["spec"]["replicatedJobs"][0]
+    pod = workers["template"]["spec"]["template"]
+    pod["spec"]["tolerations"] = []  # the flavor brings it
+    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "4"
+    pod["metadata"]["annotations"]["kueue.x-k8s.io/podset-required-topology"] = DOMAIN_LABEL
+    leader = copy.deepcopy(workers)
+    leader["name"] = "leader"
+    leader["template"]["spec"] |= {"parallelism": 1, "completions": 1}
+    leader["template"]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "8"
+    body["spec"]["replicatedJobs"].insert(0, leader)
+    custom = client.CustomObjectsApi(tenant_api)
+    await custom.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", tenant_ns, "jobsets", body)
+
+    copies = await _waited(tenant_api, tenant_ns, lambda: running_copies(compute_api, tenant_ns, 3), timeout=90,
+                           what="the JobSet's 3 pods Running")
+    groups = await _compute_groups(compute_api, tenant_ns)
+    assert [g["spec"]["minMember"] for g in groups] == [3], groups
+    racks: dict[str, set[str]] = {}
+    for c in copies:
+        (term,) = c.spec.affinity.pod_affinity.required_during_scheduling_ignored_during_execution
+        podset = c.metadata.labels[KUEUE_PODSET]
+        assert term.topology_key == DOMAIN_LABEL and term.label_selector.match_labels == {
+            POD_GROUP_LABEL: c.metadata.labels[POD_GROUP_LABEL], KUEUE_PODSET: podset}, term
+        node = await client.CoreV1Api(compute_api).read_node(c.spec.node_name)
+        racks.setdefault(podset, set()).add(node.metadata.labels[DOMAIN_LABEL])
+    assert sorted(racks) == ["leader", "workers"] and all(len(r) == 1 for r in racks.values()), racks
+
+    async def completed() -> bool:
+        js = await custom.get_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", tenant_ns, "jobsets", "podsets")
         return any(c["type"] == "Completed" and c["status"] == "True"
                    for c in (js.get("status") or {}).get("conditions") or [])
 
