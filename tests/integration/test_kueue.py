@@ -583,6 +583,36 @@ async def test_a_rack_kueue_prefers_holds_in_the_compute_cluster_where_one_has_r
     await _waited(tenant_api, tenant_ns, complete, timeout=90, interval=1, what="the Jobs Complete")
 
 
+async def _leader_and_workers(api: client.ApiClient, ns: str, name: str, gpus: tuple[int, int],
+                              annotations: dict[str, str]) -> None:
+    """Create a JobSet of LocalQueue ``racks``: a leader Job of one pod and a workers Job of two, with ``gpus``
+    GPUs a pod (leader's, workers'), every pod template carrying Kueue's ``annotations``."""
+    body = jobset(name, pods=2, duration="10s")
+    body["metadata"]["labels"] = {QUEUE_LABEL: "racks"}
+    workers = body["spec"]["replicatedJobs"][0]
+    pod = workers["template"]["spec"]["template"]
+    pod["spec"]["tolerations"] = []  # the flavor brings it
+    pod["metadata"]["annotations"] |= annotations
+    leader = copy.deepcopy(workers)
+    leader["name"] = "leader"
+    leader["template"]["spec"] |= {"parallelism": 1, "completions": 1}
+    for job, n in zip((leader, workers), gpus, strict=True):
+        job["template"]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = str(n)
+    body["spec"]["replicatedJobs"].insert(0, leader)
+    await client.CustomObjectsApi(api).create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", ns, "jobsets",
+                                                                       body)
+
+
+async def _jobset_completed(api: client.ApiClient, ns: str, name: str) -> None:
+    async def completed() -> bool:
+        js = await client.CustomObjectsApi(api).get_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", ns,
+                                                                             "jobsets", name)
+        return any(c["type"] == "Completed" and c["status"] == "True"
+                   for c in (js.get("status") or {}).get("conditions") or [])
+
+    await _waited(api, ns, completed, timeout=90, interval=1, what="the JobSet Completed")
+
+
 async def test_a_kueue_podset_group_shares_one_compute_host(
         kueue: list[str], tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
     """A JobSet whose leader (one 2-GPU pod) and workers (two 2-GPU pods) form one podset group
@@ -591,20 +621,8 @@ async def test_a_kueue_podset_group_shares_one_compute_host(
     with a required pod affinity over hostnames with the group's copies (selected by a label of the copies'
     own), so they share one node, and the JobSet completes."""
     await _topology_queue(tenant_api, tenant_ns)
-    body = jobset("paired", pods=2, duration="10s")
-    body["metadata"]["labels"] = {QUEUE_LABEL: "racks"}
-    workers = body["spec"]["replicatedJobs"][0]
-    pod = workers["template"]["spec"]["template"]
-    pod["spec"]["tolerations"] = []  # the flavor brings it
-    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "2"
-    pod["metadata"]["annotations"] |= {"kueue.x-k8s.io/podset-required-topology": HOSTNAME,
-                                       "kueue.x-k8s.io/podset-group-name": "paired"}
-    leader = copy.deepcopy(workers)
-    leader["name"] = "leader"
-    leader["template"]["spec"] |= {"parallelism": 1, "completions": 1}
-    body["spec"]["replicatedJobs"].insert(0, leader)
-    custom = client.CustomObjectsApi(tenant_api)
-    await custom.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", tenant_ns, "jobsets", body)
+    await _leader_and_workers(tenant_api, tenant_ns, "paired", (2, 2), {
+        "kueue.x-k8s.io/podset-required-topology": HOSTNAME, "kueue.x-k8s.io/podset-group-name": "paired"})
 
     copies = await _waited(tenant_api, tenant_ns, lambda: running_copies(compute_api, tenant_ns, 3), timeout=90,
                            what="the JobSet's 3 pods Running")
@@ -615,13 +633,7 @@ async def test_a_kueue_podset_group_shares_one_compute_host(
         assert term.topology_key == HOSTNAME and term.label_selector.match_labels == {
             POD_GROUP_LABEL: c.metadata.labels[POD_GROUP_LABEL], PODSET_GROUP_LABEL: "paired"}, term
     assert len({c.spec.node_name for c in copies}) == 1, [c.spec.node_name for c in copies]
-
-    async def completed() -> bool:
-        js = await custom.get_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", tenant_ns, "jobsets", "paired")
-        return any(c["type"] == "Completed" and c["status"] == "True"
-                   for c in (js.get("status") or {}).get("conditions") or [])
-
-    await _waited(tenant_api, tenant_ns, completed, timeout=90, interval=1, what="the JobSet Completed")
+    await _jobset_completed(tenant_api, tenant_ns, "paired")
 
 
 async def test_a_kueue_workload_of_two_podsets_each_required_in_one_rack_keeps_each_in_a_compute_rack(
@@ -632,20 +644,8 @@ async def test_a_kueue_workload_of_two_podsets_each_required_in_one_rack_keeps_e
     label), which the scheduler places group after group, each in a rack of its own choosing, and the JobSet
     completes."""
     await _topology_queue(tenant_api, tenant_ns)
-    body = jobset("podsets", pods=2, duration="10s")
-    body["metadata"]["labels"] = {QUEUE_LABEL: "racks"}
-    workers = body["spec"]["replicatedJobs"][0]
-    pod = workers["template"]["spec"]["template"]
-    pod["spec"]["tolerations"] = []  # the flavor brings it
-    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "4"
-    pod["metadata"]["annotations"]["kueue.x-k8s.io/podset-required-topology"] = DOMAIN_LABEL
-    leader = copy.deepcopy(workers)
-    leader["name"] = "leader"
-    leader["template"]["spec"] |= {"parallelism": 1, "completions": 1}
-    leader["template"]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "8"
-    body["spec"]["replicatedJobs"].insert(0, leader)
-    custom = client.CustomObjectsApi(tenant_api)
-    await custom.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", tenant_ns, "jobsets", body)
+    await _leader_and_workers(tenant_api, tenant_ns, "podsets", (8, 4),
+                              {"kueue.x-k8s.io/podset-required-topology": DOMAIN_LABEL})
 
     copies = await _waited(tenant_api, tenant_ns, lambda: running_copies(compute_api, tenant_ns, 3), timeout=90,
                            what="the JobSet's 3 pods Running")
@@ -660,13 +660,7 @@ async def test_a_kueue_workload_of_two_podsets_each_required_in_one_rack_keeps_e
         node = await client.CoreV1Api(compute_api).read_node(c.spec.node_name)
         racks.setdefault(podset, set()).add(node.metadata.labels[DOMAIN_LABEL])
     assert sorted(racks) == ["leader", "workers"] and all(len(r) == 1 for r in racks.values()), racks
-
-    async def completed() -> bool:
-        js = await custom.get_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", tenant_ns, "jobsets", "podsets")
-        return any(c["type"] == "Completed" and c["status"] == "True"
-                   for c in (js.get("status") or {}).get("conditions") or [])
-
-    await _waited(tenant_api, tenant_ns, completed, timeout=90, interval=1, what="the JobSet Completed")
+    await _jobset_completed(tenant_api, tenant_ns, "podsets")
 
 
 async def test_a_vnode_that_may_not_read_kueues_workloads_says_so_on_the_pod_and_runs_it_once_granted(
