@@ -207,8 +207,13 @@ class Gangs:
         gang = GangRef(cast(GroupKind, kind), meta["namespace"], meta["name"])  # kind: a key of tenant_groups
         name = compute_group_name(self.b, gang)
         have = self.caches.compute_groups.store.get(f"{self.b.namespace}/{name}")
-        if have is None or incarnation(have) not in ("", meta.get("uid")):
-            return  # not made yet (it will be made from the group as it is then), or an earlier incarnation's
+        if have is None:
+            return  # not made yet: it will be made from the group as it is then
+        if incarnation(have) not in ("", meta.get("uid")):
+            # An earlier incarnation's, which members of this one may have joined while the vnode still saw the
+            # old tenant group: deleted, its waiting members make this one's (PodReconciler -> restore).
+            await self._delete_stale(have)
+            return
         try:
             want = self.declared(gang, group)
         except InvalidGroup as exc:
@@ -259,13 +264,16 @@ class Gangs:
 
         The compute group records the tenant group's UID: a tenant group deleted and created again
         under the same name is a new gang, and the earlier incarnation's compute group (its status,
-        conditions and counts) is deleted, never adopted."""
+        conditions and counts) is deleted, never adopted. So a pod whose tenant group the vnode has not
+        seen yet waits (NotReady, retried): the compute group of that name may be an earlier one's."""
         gang = gang_of(pod)
         if gang is None:
             return
         name = compute_group_name(self.b, gang)
         url = path(*FERRY_PG[:2], "podgroups", self.b.namespace)
         group = self.tenant_group(gang)
+        if group is None and gang.kind in ADMITTED:
+            raise NotReady(f"{gang.kind} PodGroup {gang.name} does not exist")
         uid = str((group or {}).get("metadata", {}).get("uid", ""))
         have = self.caches.compute_groups.store.get(f"{self.b.namespace}/{name}")
         if have is not None:
@@ -382,9 +390,10 @@ class Gangs:
                 and status.epoch(g["metadata"].get("creationTimestamp")) <= born_before]
 
     async def restore(self, pod: Obj) -> None:
-        """A member still waiting in the compute cluster whose compute PodGroup is gone (deleted by hand, or
-        collected by an older vnode before its pods arrived) gets it back: the scheduler would otherwise
-        hold the gang forever."""
+        """A member whose compute PodGroup is gone gets it back: one still waiting (its group deleted by hand,
+        or collected by an older vnode before its pods arrived) would be held by the scheduler forever, and
+        one already running (it joined an earlier incarnation's group, deleted since) would mirror no phase
+        to its tenant group."""
         gang = gang_of(pod)
         if gang is not None and f"{self.b.namespace}/{compute_group_name(self.b, gang)}" not in \
                 self.caches.compute_groups.store:

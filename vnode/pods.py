@@ -161,8 +161,14 @@ class PodReconciler:
         refresh = await self.copies.ensure(tp)
         if refresh is not None:
             self.queue.add_after(key, max(refresh, 1.0))
-        if not cp.get("spec", {}).get("nodeName"):
-            await self.gangs.restore(tp)
+        if not status.terminal(cp):
+            try:
+                await self.gangs.restore(tp)
+            except NotReady:
+                if not cp.get("spec", {}).get("nodeName"):
+                    raise
+                # running without a group whose tenant group is not seen: it needs none to run, and gets it
+                # back at a later resync once the group is seen
         cp = await self._follow_metadata(key, tp, cp)
         cp = await self._add_ephemeral(key, tp, cp)
         await self._mirror(key, tp, cp)

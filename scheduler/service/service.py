@@ -461,8 +461,9 @@ class SchedulerService:
             await asyncio.gather(*writes)
 
     def _sync_groups(self, snap: Snapshot, written: set[str]) -> list[Awaitable[Any]]:
-        """Level-triggered PodGroup counts, and the terminal phase once every member has ended (the
-        decisions only speak of jobs that still have members to schedule)."""
+        """Level-triggered PodGroup counts, the terminal phase once every member has ended, and Running for
+        a group made after all its members were bound (its vnode made it again): the decisions only speak
+        of jobs that still have members to schedule."""
         writes: list[Awaitable[Any]] = []
         for job, counts in snap.counts.items():
             group = snap.group_of.get(job)
@@ -471,14 +472,17 @@ class SchedulerService:
             have = group.get("status") or {}
             want: dict[str, Any] = dict(counts.status())
             phase = counts.terminal_phase()
+            if phase is None and counts.running and not counts.pending and have.get("phase") in (None, "", "Pending"):
+                phase = "Running"
             if all(have.get(k, 0) == v for k, v in want.items()) and phase in (None, have.get("phase")):
                 continue
             if phase is not None:
                 want["phase"] = phase
+                message = (f"every member bound: {counts.running} running" if phase == "Running" else
+                           f"every member ended: {counts.succeeded} succeeded, {counts.failed} failed")
                 want["conditions"] = [{
-                    "type": "Scheduled", "status": "True", "reason": "Finished",
-                    "message": f"every member ended: {counts.succeeded} succeeded, {counts.failed} failed",
-                    "lastTransitionTime": timestamps.now()}]
+                    "type": "Scheduled", "status": "True", "reason": "Bound" if phase == "Running" else "Finished",
+                    "message": message, "lastTransitionTime": timestamps.now()}]
             writes += self._report(f"group {_uid(group)}", partial(self._patch_group_status, group, want))
         return writes
 

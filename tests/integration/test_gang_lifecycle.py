@@ -319,6 +319,126 @@ async def test_a_recreated_gang_gets_a_fresh_compute_group(vnodes: dict[str, Com
     assert "OldGangEvent" in await _reasons_on(tenant_api, tenant_ns, old_pod.metadata.uid), "it was mirrored once"
 
 
+async def test_a_gang_made_again_pods_first_waits_for_its_new_group_and_never_joins_the_old_one(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """A job made again under the same names whose pods reach the vnode before its PodGroup (written in that
+    order, or the group's watch lagging the pods' under load: a flake of the test above) waits, saying why,
+    instead of joining the earlier incarnation's compute group, which nothing would have replaced."""
+    core = client.CoreV1Api(tenant_api)
+    custom = client.CustomObjectsApi(tenant_api)
+    names = ["pf-0", "pf-1"]
+    first = await tenant_group(tenant_api, PLUGINS, tenant_ns, "pf", 2)
+    for n in names:
+        await core.create_namespaced_pod(tenant_ns, member(n, "scheduler-plugins", "pf", duration="2s"))
+
+    async def done_on(uid: str) -> bool:
+        groups = await compute_groups(compute_api, tenant_ns)
+        return ([g["metadata"]["labels"].get(naming.UPSTREAM_UID_LABEL) for g in groups] == [uid]
+                and (await status_of(tenant_api, PLUGINS, tenant_ns, "pf")).get("phase") == "Finished")
+
+    await eventually(lambda: done_on(first["metadata"]["uid"]), timeout=60, what="first incarnation Finished")
+    (old,) = await compute_groups(compute_api, tenant_ns)
+    await custom.delete_namespaced_custom_object(*PLUGINS, tenant_ns, "podgroups", "pf")
+    for n in names:
+        await core.delete_namespaced_pod(n, tenant_ns, grace_period_seconds=0)
+
+    async def pods_gone() -> bool:
+        return not (await core.list_namespaced_pod(tenant_ns)).items
+
+    await eventually(pods_gone, timeout=30, what="old pods deleted")
+    for n in names:
+        await core.create_namespaced_pod(tenant_ns, member(n, "scheduler-plugins", "pf", duration="30s"))
+    pod = await core.read_namespaced_pod(names[0], tenant_ns)
+
+    async def told() -> bool:
+        return "GangNotReady" in await _reasons_on(tenant_api, tenant_ns, pod.metadata.uid)
+
+    await eventually(told, timeout=30, what="the pod told it waits for its PodGroup")
+    assert not (await client.CoreV1Api(compute_api).list_namespaced_pod(
+        "tenant-1", label_selector=f"{naming.UPSTREAM_NS_LABEL}={tenant_ns}")).items, "no member made before its group"
+    second = await tenant_group(tenant_api, PLUGINS, tenant_ns, "pf", 2)
+
+    async def fresh_running() -> list[Any] | None:
+        groups = await compute_groups(compute_api, tenant_ns)
+        if any(g["metadata"]["uid"] == old["metadata"]["uid"] for g in groups):
+            return None
+        mine = [g for g in groups if g["metadata"]["labels"].get(naming.UPSTREAM_UID_LABEL)
+                == second["metadata"]["uid"]]
+        return mine if mine and (mine[0].get("status") or {}).get("phase") == "Running" else None
+
+    await eventually(fresh_running, timeout=60, what="the gang Running on a new compute PodGroup")
+
+    async def tenant_running() -> bool:
+        return (await status_of(tenant_api, PLUGINS, tenant_ns, "pf")).get("phase") == "Running"
+
+    await eventually(tenant_running, timeout=30, what="the new tenant group Running")
+
+
+async def test_members_that_joined_an_earlier_incarnations_group_get_their_own_once_it_is_seen(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """The vnode may see a job's new pods while it still sees the old PodGroup (its watch lagging; here a
+    finalizer keeps the old group in sight): they join the old compute group. Once the new group is seen,
+    that compute group is replaced by one of the new incarnation, whatever the members' phase."""
+    core = client.CoreV1Api(tenant_api)
+    custom = client.CustomObjectsApi(tenant_api)
+    names = ["pl-0", "pl-1"]
+    first = await custom.create_namespaced_custom_object(*PLUGINS, tenant_ns, "podgroups", {
+        "apiVersion": "/".join(PLUGINS), "kind": "PodGroup",
+        "metadata": {"name": "pl", "finalizers": ["kubeferry.io/test-hold"]}, "spec": {"minMember": 2}})
+    for n in names:
+        await core.create_namespaced_pod(tenant_ns, member(n, "scheduler-plugins", "pl", duration="2s"))
+
+    async def finished() -> bool:
+        groups = await compute_groups(compute_api, tenant_ns)
+        return ([g["metadata"]["labels"].get(naming.UPSTREAM_UID_LABEL) for g in groups] == [first["metadata"]["uid"]]
+                and (await status_of(tenant_api, PLUGINS, tenant_ns, "pl")).get("phase") == "Finished")
+
+    await eventually(finished, timeout=60, what="first incarnation Finished")
+    (old,) = await compute_groups(compute_api, tenant_ns)
+    await custom.delete_namespaced_custom_object(*PLUGINS, tenant_ns, "podgroups", "pl")
+    for n in names:
+        await core.delete_namespaced_pod(n, tenant_ns, grace_period_seconds=0)
+
+    async def pods_gone() -> bool:
+        return not (await core.list_namespaced_pod(tenant_ns)).items
+
+    await eventually(pods_gone, timeout=30, what="old pods deleted")
+    uids = {(await core.create_namespaced_pod(tenant_ns, member(n, "scheduler-plugins", "pl", duration="60s")))
+            .metadata.uid for n in names}
+
+    async def bridged() -> bool:
+        pods = (await client.CoreV1Api(compute_api).list_namespaced_pod(
+            "tenant-1", label_selector=f"{naming.UPSTREAM_NS_LABEL}={tenant_ns}")).items
+        return {p.metadata.labels.get(naming.UPSTREAM_UID_LABEL) for p in pods} == uids
+
+    await eventually(bridged, timeout=30, what="the new members made beside the old group")
+    assert [g["metadata"]["uid"] for g in await compute_groups(compute_api, tenant_ns)] == [old["metadata"]["uid"]]
+    await custom.patch_namespaced_custom_object(*PLUGINS, tenant_ns, "podgroups", "pl",
+                                                [{"op": "remove", "path": "/metadata/finalizers"}])
+
+    async def old_group_gone() -> bool:
+        found = await custom.list_namespaced_custom_object(*PLUGINS, tenant_ns, "podgroups")
+        return not found["items"]
+
+    await eventually(old_group_gone, timeout=30, what="the old tenant PodGroup gone")
+    second = await tenant_group(tenant_api, PLUGINS, tenant_ns, "pl", 2)
+
+    async def fresh_running() -> list[Any] | None:
+        groups = await compute_groups(compute_api, tenant_ns)
+        if any(g["metadata"]["uid"] == old["metadata"]["uid"] for g in groups):
+            return None
+        mine = [g for g in groups if g["metadata"]["labels"].get(naming.UPSTREAM_UID_LABEL)
+                == second["metadata"]["uid"]]
+        return mine if mine and (mine[0].get("status") or {}).get("phase") == "Running" else None
+
+    await eventually(fresh_running, timeout=60, what="the members Running on a compute PodGroup of the new group")
+
+    async def tenant_running() -> bool:
+        return (await status_of(tenant_api, PLUGINS, tenant_ns, "pl")).get("phase") == "Running"
+
+    await eventually(tenant_running, timeout=30, what="the new tenant group Running")
+
+
 async def test_a_waiting_gang_whose_compute_group_vanished_gets_it_back_and_runs(
         tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
     """Found by the chaos soak: a compute PodGroup collected between its creation and its members' (a
