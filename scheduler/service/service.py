@@ -462,8 +462,9 @@ class SchedulerService:
 
     def _sync_groups(self, snap: Snapshot, written: set[str]) -> list[Awaitable[Any]]:
         """Level-triggered PodGroup counts, the terminal phase once every member has ended, and Running for
-        a group made after all its members were bound (its vnode made it again): the decisions only speak
-        of jobs that still have members to schedule."""
+        a group made after all its members were bound (its vnode made it again; no decision of the cycle
+        speaks of it, so it has no condition): the decisions only speak of jobs that still have members to
+        schedule."""
         writes: list[Awaitable[Any]] = []
         for job, counts in snap.counts.items():
             group = snap.group_of.get(job)
@@ -472,17 +473,16 @@ class SchedulerService:
             have = group.get("status") or {}
             want: dict[str, Any] = dict(counts.status())
             phase = counts.terminal_phase()
-            if phase is None and counts.running and not counts.pending and have.get("phase") in (None, "", "Pending"):
-                phase = "Running"
+            if phase is None and counts.running and not counts.pending and not have.get("conditions"):
+                want["phase"] = "Running"  # nothing the cycle said of it: no condition is written over
             if all(have.get(k, 0) == v for k, v in want.items()) and phase in (None, have.get("phase")):
                 continue
             if phase is not None:
                 want["phase"] = phase
-                message = (f"every member bound: {counts.running} running" if phase == "Running" else
-                           f"every member ended: {counts.succeeded} succeeded, {counts.failed} failed")
                 want["conditions"] = [{
-                    "type": "Scheduled", "status": "True", "reason": "Bound" if phase == "Running" else "Finished",
-                    "message": message, "lastTransitionTime": timestamps.now()}]
+                    "type": "Scheduled", "status": "True", "reason": "Finished",
+                    "message": f"every member ended: {counts.succeeded} succeeded, {counts.failed} failed",
+                    "lastTransitionTime": timestamps.now()}]
             writes += self._report(f"group {_uid(group)}", partial(self._patch_group_status, group, want))
         return writes
 
