@@ -20,7 +20,16 @@ from ferry.kube.rest import Rest, message_of, path, status_of
 from vnode import naming, status
 from vnode.caches import FERRY_PG, PLUGINS_PG, VOLCANO_PG, Caches
 from vnode.events import Recorder
-from vnode.translate import Bridge, GangRef, carried_level, gang_of, kept_together
+from vnode.translate import (
+    KUEUE_PODSET,
+    Bridge,
+    GangRef,
+    carried_level,
+    gang_of,
+    kept_together,
+    pod_rank,
+    sliced,
+)
 
 Obj = dict[str, Any]
 # compute phase -> tenant phase, per convention. Volcano's v1beta1 PodGroup has one terminal phase,
@@ -31,6 +40,7 @@ PLUGINS_PHASE = {"Pending": "Scheduling", "Privileged": "Scheduling", "Running":
                  "WillEvict": "Running", "Succeeded": "Finished", "Failed": "Failed", "Evicted": "Failed"}
 ADMITTED = {"volcano": "Inqueue", "scheduler-plugins": "Scheduling"}
 KUEUE_WORKLOAD_VERSIONS = ("v1beta2", "v1beta1")  # v1beta2 from Kueue v0.15; v1beta1 before
+WORKLOADS_KEPT = 256  # Workloads read for their podsets (which Kueue never changes), the latest kept
 log = structlog.get_logger("ferry.vnode.gangs")
 
 
@@ -140,7 +150,18 @@ def kept_members(workload: Obj) -> int:
                 ((workload.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []}
     return sum(int(admitted.get(str(podset.get("name"))) or podset.get("count") or 0)
                for podset in (workload.get("spec") or {}).get("podSets") or []
-               if carried_level(_level_of(podset.get("topologyRequest") or {})))
+               if carried_level(_level_of(podset.get("topologyRequest") or {}))
+               or carried_level(str((podset.get("topologyRequest") or {}).get("podSetSliceRequiredTopology") or "")))
+
+
+def podset_of(workload: Obj, name: str) -> tuple[Obj, int] | None:
+    """A Workload's podset ``name`` and how many pods Kueue admitted of it (before admission: the spec's)."""
+    admitted = {str(a.get("name")): a.get("count") for a in
+                ((workload.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []}
+    for podset in (workload.get("spec") or {}).get("podSets") or []:
+        if str(podset.get("name")) == name:
+            return podset, int(admitted.get(name) or podset.get("count") or 0)
+    return None
 
 
 def _level_of(request: Obj) -> str:
@@ -155,6 +176,7 @@ class Gangs:
         self.compute = compute
         self.caches = caches
         self.recorder = recorder
+        self._workloads: dict[str, Obj] = {}  # namespace/name -> Workload, oldest read first
 
     def tenant_group(self, gang: GangRef) -> Obj | None:
         inf = self.caches.tenant_groups.get(gang.kind)
@@ -242,6 +264,35 @@ class Gangs:
 
     async def workload_members(self, gang: GangRef, pod: Obj) -> int:
         """The size of a Kueue Workload's gang (``kept_members``), read from the Workload."""
+        workload = await self._workload(gang)
+        if (total := kept_members(workload)) < 1:
+            level = kept_together(pod) or getattr(sliced(pod), "key", None)
+            raise NotReady(f"Kueue Workload {gang.name} has no podset kept in one {level}")
+        return total
+
+    async def slice_of(self, pod: Obj) -> int | None:
+        """The slice of its podset a pod of a sliced podset (``sliced``) belongs to: its rank (``pod_rank``, read
+        as the Workload says) over the slice size. A pod without a rank is told why its slice is not kept, and
+        runs with its gang as if its podset were not sliced."""
+        cut, gang = sliced(pod), gang_of(pod)
+        if cut is None or gang is None or gang.kind != "kueue-workload":
+            return None
+        key = f"{gang.namespace}/{gang.name}"
+        workload = self._workloads.get(key) or await self._workload(gang)
+        podset = str((pod["metadata"].get("labels") or {}).get(KUEUE_PODSET) or "")
+        found = podset_of(workload, podset)
+        rank = None if found is None else pod_rank(pod, found[0].get("topologyRequest") or {}, found[1])
+        if rank is None:
+            await self.recorder.emit(pod, "Warning", "KueueSliceNotKept",
+                                     f"podset {podset!r} of Kueue Workload {gang.name} is cut into slices of "
+                                     f"{cut.size} in one {cut.key}, but this pod's rank in it cannot be read (the "
+                                     "label the Workload names): it runs with its gang, its slice not kept together",
+                                     key="KueueSliceNotKept")
+            return None
+        return rank // cut.size
+
+    async def _workload(self, gang: GangRef) -> Obj:
+        """A Kueue Workload as it is now (kept for ``slice_of``: its podsets never change)."""
         for version in KUEUE_WORKLOAD_VERSIONS:
             try:
                 workload = await self.tenant.get(path("kueue.x-k8s.io", version, "workloads", gang.namespace,
@@ -255,9 +306,12 @@ class Gangs:
                     raise
         else:
             raise NotReady(f"Kueue Workload {gang.name} does not exist")
-        if (total := kept_members(workload)) < 1:
-            raise NotReady(f"Kueue Workload {gang.name} has no podset kept in one {kept_together(pod)}")
-        return total
+        key = f"{gang.namespace}/{gang.name}"
+        self._workloads.pop(key, None)
+        self._workloads[key] = workload
+        while len(self._workloads) > WORKLOADS_KEPT:
+            del self._workloads[next(iter(self._workloads))]
+        return workload
 
     async def ensure(self, pod: Obj) -> None:
         """Create the compute PodGroup of ``pod``'s gang before the pod (the scheduler waits for it).

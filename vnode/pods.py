@@ -184,6 +184,7 @@ class PodReconciler:
             if self.volumes is not None:
                 await self.volumes.ensure(tp)
             await self.gangs.ensure(tp)
+            slice_index = await self.gangs.slice_of(tp)
             refresh = await self.copies.ensure(tp)
         except (InvalidGroup, UnservableClaim) as exc:
             await self._refuse(tp, str(exc))
@@ -192,7 +193,7 @@ class PodReconciler:
             await self.events.emit(tp, "Warning", "GangNotReady" if isinstance(exc, NotReady) else "FailedMount",
                                    f"waiting before creating the pod: {exc}", key=str(exc))
             raise
-        body = compute_pod(tp, self.b)
+        body = compute_pod(tp, self.b, slice_index)
         url = path("", "v1", "pods", self.b.namespace)
         try:
             created = await self.compute.create(url, body)

@@ -37,6 +37,12 @@ KUEUE_WORKLOAD = "kueue.x-k8s.io/workload"
 KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 KUEUE_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 KUEUE_PODSET = "kueue.x-k8s.io/podset"
+# A podset cut into slices of ``size`` pods by rank, each of which must keep to one domain of the slice's level;
+# the offset Kueue subtracts from a pod's index; the label a copy carries its slice by (``_slice_in_one_domain``)
+KUEUE_SLICE_TOPOLOGY = "kueue.x-k8s.io/podset-slice-required-topology"
+KUEUE_SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
+KUEUE_INDEX_OFFSET = "kueue.x-k8s.io/pod-index-offset"
+SLICE_LABEL = PREFIX + "kueue-slice"
 # Podsets that share one domain (a LeaderWorkerSet's leader and workers): Kueue's annotation, and the label a
 # copy carries it by, for a pod affinity term to select
 KUEUE_PODSET_GROUP = "kueue.x-k8s.io/podset-group-name"
@@ -221,6 +227,21 @@ def _kept_in_one_domain(meta: Obj, spec: Obj, labels: dict[str, str]) -> None:
                           {"weight": 100, "podAffinityTerm": term})
 
 
+def _slice_in_one_domain(meta: Obj, spec: Obj, labels: dict[str, str], index: int) -> None:
+    """A pod of slice ``index`` of a sliced podset (``sliced``) as the compute scheduler reads it: the copy
+    carries its slice (``SLICE_LABEL``) and a required pod affinity with its slice's copies over the slice's
+    level, and its slice is a task of its own (a task's pods state the same rules). The scheduler places the
+    gang slice after slice, each in one domain (the tightest with room first)."""
+    cut = sliced({"metadata": meta})
+    if cut is None:
+        return
+    labels[SLICE_LABEL] = str(index)
+    match = {POD_GROUP_LABEL: labels[POD_GROUP_LABEL], SLICE_LABEL: str(index)}
+    if podset := labels.get(KUEUE_PODSET):
+        match[KUEUE_PODSET] = podset
+    _require_pod_affinity(spec, {"labelSelector": {"matchLabels": match}, "topologyKey": cut.key})
+
+
 def _require_pod_affinity(spec: Obj, term: Obj) -> None:
     """Add a required pod affinity term to a copy's spec, after any the tenant wrote."""
     _add_pod_affinity(spec, "requiredDuringSchedulingIgnoredDuringExecution", term)
@@ -299,7 +320,7 @@ def gang_of(pod: Obj) -> GangRef | None:
     if name := ann.get("kueue.x-k8s.io/pod-group-name") or labels.get("kueue.x-k8s.io/pod-group-name"):
         total = ann.get("kueue.x-k8s.io/pod-group-total-count", "")
         return GangRef("kueue", ns, name, int(total) if total.isdigit() else None)
-    if (name := ann.get(KUEUE_WORKLOAD)) and kept_together(pod):
+    if (name := ann.get(KUEUE_WORKLOAD)) and (kept_together(pod) or sliced(pod)):
         return GangRef("kueue-workload", ns, name)
     return None
 
@@ -327,6 +348,49 @@ def kept_together(pod: Obj) -> KueueLevel | None:
         if key := carried_level(str(annotations.get(name) or "")):
             return KueueLevel(key, required)
     return None
+
+
+class KueueSlice(NamedTuple):
+    """The level each slice of a podset must keep to (a node label key), and how many pods make a slice."""
+
+    key: str
+    size: int
+
+
+def sliced(pod: Obj) -> KueueSlice | None:
+    """The level and size of the slices Kueue cuts the pod's podset into (``podset-slice-required-topology``,
+    ``podset-slice-size``: each ``size`` pods of consecutive ranks in one domain), where the level is one the
+    compute cluster holds pods to (``carried_level``); None otherwise."""
+    annotations = pod.get("metadata", {}).get("annotations") or {}
+    key = carried_level(str(annotations.get(KUEUE_SLICE_TOPOLOGY) or ""))
+    size = str(annotations.get(KUEUE_SLICE_SIZE) or "")
+    return KueueSlice(key, int(size)) if key and size.isdigit() and int(size) >= 1 else None
+
+
+def _index(value: Any) -> int | None:
+    text = str(value) if value is not None else ""
+    return int(text) if text.isdigit() else None
+
+
+def pod_rank(pod: Obj, request: Obj, count: int) -> int | None:
+    """The pod's rank in its podset of ``count`` pods as Kueue reads it to place pods by rank
+    (``pkg/controller/tas/topology_ungater.go``), given the podset's ``topologyRequest``: the index its
+    ``podIndexLabel`` gives, plus, for a podset of replicated Jobs, its Job's index (``subGroupIndexLabel``)
+    times the pods of one Job, less the pod's ``pod-index-offset``. None where the pod carries no rank."""
+    meta = pod.get("metadata", {})
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    key = str(request.get("podIndexLabel") or "")
+    index = _index(labels.get(key, annotations.get(key))) if key else None
+    if index is None:
+        return None
+    rank = index - (_index(annotations.get(KUEUE_INDEX_OFFSET)) or 0)
+    if sub := str(request.get("subGroupIndexLabel") or ""):
+        jobs = int(request.get("subGroupCount") or 0)
+        job = _index(labels.get(sub))
+        if jobs < 1 or job is None or job >= jobs or index >= count // jobs:
+            return None
+        rank += job * (count // jobs)
+    return rank if 0 <= rank < count else None
 
 
 def carried_level(key: str) -> str | None:
@@ -509,8 +573,9 @@ def metadata_patch(pod: Obj, copied: Obj) -> Obj | None:
     return {"metadata": patch} if patch else None
 
 
-def compute_pod(pod: Obj, b: Bridge) -> Obj:
-    """The compute-cluster pod for a tenant pod bound to this vnode."""
+def compute_pod(pod: Obj, b: Bridge, slice_index: int | None = None) -> Obj:
+    """The compute-cluster pod for a tenant pod bound to this vnode (``slice_index``: its slice of a sliced
+    podset, told by its rank, which the Workload says how to read)."""
     meta = pod["metadata"]
     ns, name = meta["namespace"], meta["name"]
     cname = naming.compute_name(b.tenant, ns, name)
@@ -561,8 +626,13 @@ def compute_pod(pod: Obj, b: Bridge) -> Obj:
     if gang := gang_of(pod):
         labels[POD_GROUP_LABEL] = naming.compute_name(b.tenant, ns, f"{gang.kind}.{gang.name}")
         _kept_in_one_domain(meta, spec, labels)  # whichever marker made the gang
+        if slice_index is not None:
+            _slice_in_one_domain(meta, spec, labels, slice_index)
     if role := role_of(pod):
         labels[TASK_LABEL] = role
+    if (index := labels.get(SLICE_LABEL)) is not None:
+        suffix = f"-slice-{index}"
+        labels[TASK_LABEL] = (role or "worker")[:LABEL_VALUE_MAX - len(suffix)].rstrip("-_.") + suffix
 
     rename_cm, rename_sec = _renames(pod, b)
     token = token_secret_name(b, pod)

@@ -60,7 +60,7 @@ from tests.integration.test_trainer import (
 )
 from tests.integration.test_vnode import compute_pod_of
 from vnode.naming import UPSTREAM_NAME_ANNOTATION, UPSTREAM_NS_LABEL
-from vnode.translate import KUEUE_PODSET, PODSET_GROUP_LABEL
+from vnode.translate import KUEUE_PODSET, PODSET_GROUP_LABEL, SLICE_LABEL
 
 T = TypeVar("T")
 TENANT = "tenant-1"
@@ -661,6 +661,44 @@ async def test_a_kueue_workload_of_two_podsets_each_required_in_one_rack_keeps_e
         racks.setdefault(podset, set()).add(node.metadata.labels[DOMAIN_LABEL])
     assert sorted(racks) == ["leader", "workers"] and all(len(r) == 1 for r in racks.values()), racks
     await _jobset_completed(tenant_api, tenant_ns, "podsets")
+
+
+async def test_a_kueue_podset_sliced_by_host_keeps_each_slice_of_consecutive_ranks_on_one_compute_node(
+        kueue: list[str], tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """Kueue's slices: an Indexed Job of four 4-GPU pods whose podset is cut into slices of two, each required on
+    one host (``podset-slice-required-topology``, ``podset-slice-size``; no level for the whole podset). Kueue
+    admits it on the virtual node (one host to the tenant); in the compute cluster the four copies are one gang,
+    each copy carries its slice (its completion index over two, read as the Workload says) with a required pod
+    affinity with its slice's copies over hostnames, so pods 0 and 1 share a node, as do 2 and 3, and the Job
+    completes."""
+    await _topology_queue(tenant_api, tenant_ns)
+    job = _kept_job("sliced", HOSTNAME, 4)
+    job["spec"] |= {"parallelism": 4, "completions": 4, "completionMode": "Indexed"}
+    annotations = job["spec"]["template"]["metadata"]["annotations"]
+    del annotations["kueue.x-k8s.io/podset-required-topology"]
+    annotations |= {"kueue.x-k8s.io/podset-slice-required-topology": HOSTNAME, "kueue.x-k8s.io/podset-slice-size": "2"}
+    batch = client.BatchV1Api(tenant_api)
+    await batch.create_namespaced_job(tenant_ns, job)
+
+    copies = await _waited(tenant_api, tenant_ns, lambda: running_copies(compute_api, tenant_ns, 4), timeout=90,
+                           what="the Job's 4 pods Running")
+    groups = await _compute_groups(compute_api, tenant_ns)
+    assert [g["spec"]["minMember"] for g in groups] == [4], groups
+    nodes: dict[str, set[str]] = {}
+    for c in copies:
+        index = int(c.metadata.annotations["batch.kubernetes.io/job-completion-index"])
+        assert c.metadata.labels[SLICE_LABEL] == str(index // 2), (index, c.metadata.labels)
+        (term,) = c.spec.affinity.pod_affinity.required_during_scheduling_ignored_during_execution
+        assert term.topology_key == HOSTNAME and term.label_selector.match_labels == {
+            POD_GROUP_LABEL: c.metadata.labels[POD_GROUP_LABEL], SLICE_LABEL: str(index // 2),
+            KUEUE_PODSET: c.metadata.labels[KUEUE_PODSET]}, term
+        nodes.setdefault(str(index // 2), set()).add(c.spec.node_name)
+    assert sorted(nodes) == ["0", "1"] and all(len(n) == 1 for n in nodes.values()), nodes
+
+    async def complete() -> bool:
+        return _finished(await batch.read_namespaced_job("sliced", tenant_ns)) is not None
+
+    await _waited(tenant_api, tenant_ns, complete, timeout=90, interval=1, what="the Job Complete")
 
 
 async def test_a_vnode_that_may_not_read_kueues_workloads_says_so_on_the_pod_and_runs_it_once_granted(

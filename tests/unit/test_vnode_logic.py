@@ -23,6 +23,7 @@ from vnode.gangs import (
     members_status,
     min_resources,
     min_task_member,
+    podset_of,
 )
 from vnode.node import Outage, advertised, capacity, domains, forbidden
 from vnode.translate import (
@@ -42,9 +43,11 @@ from vnode.translate import (
     kept_together,
     metadata_patch,
     needs_of,
+    pod_rank,
     pod_view,
     refusal,
     role_of,
+    sliced,
 )
 
 B = Bridge(tenant="tenant-1", node="ferry-tenant-1", namespace="tenant-1", queue="tenant-1", max_priority=100)
@@ -615,6 +618,64 @@ def test_a_podset_kueue_requires_in_one_compute_domain_is_one_gang_kept_in_one_d
         pod["metadata"]["annotations"] = ann
         assert gang_of(pod) is None and kept_together(pod) is None
         assert "affinity" not in compute_pod(pod, B)["spec"]
+
+
+def test_a_sliced_kueue_podset_keeps_each_slice_of_consecutive_ranks_in_one_compute_domain() -> None:
+    """Kueue's slices (``podset-slice-required-topology``, ``-slice-size``): each slice of a podset's pods by rank
+    keeps to one domain. The pods are one compute gang whose copies carry their slice, a task per slice (a task's
+    pods state the same rules), and a required pod affinity with their slice's copies over the slice's level.
+    Ranks are read as Kueue's topology ungater reads them, from what the Workload's podset names."""
+    host = "kubernetes.io/hostname"
+    pod = tenant_pod()
+    pod["metadata"]["labels"] = {"kueue.x-k8s.io/podset": "main", "batch.kubernetes.io/job-completion-index": "5"}
+    pod["metadata"]["annotations"] = {"kueue.x-k8s.io/workload": "job-sliced-1",
+                                      "kueue.x-k8s.io/podset-slice-required-topology": host,
+                                      "kueue.x-k8s.io/podset-slice-size": "2"}
+    assert gang_of(pod) == GangRef("kueue-workload", "ml", "job-sliced-1") and kept_together(pod) is None
+    assert sliced(pod) == (host, 2)
+    job = {"podIndexLabel": "batch.kubernetes.io/job-completion-index"}
+    assert pod_rank(pod, job, 8) == 5
+    assert pod_rank(pod, job, 5) is None, "a rank past the podset's size is no rank"
+    assert pod_rank(pod, {}, 8) is None, "a podset that names no index label gives no rank"
+    offset = copy.deepcopy(pod)
+    offset["metadata"]["annotations"]["kueue.x-k8s.io/pod-index-offset"] = "4"
+    assert pod_rank(offset, job, 8) == 1
+    # a JobSet's podset of 3 replicated Jobs of 4 pods: Job 2's pod 1 is rank 9
+    jobset = {**job, "subGroupIndexLabel": "jobset.sigs.k8s.io/job-index", "subGroupCount": 3}
+    replicated = copy.deepcopy(pod)
+    replicated["metadata"]["labels"] |= {"batch.kubernetes.io/job-completion-index": "1",
+                                         "jobset.sigs.k8s.io/job-index": "2"}
+    assert pod_rank(replicated, jobset, 12) == 9
+    replicated["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"] = "3"
+    assert pod_rank(replicated, jobset, 12) is None, "no fourth Job"
+
+    made = compute_pod(pod, B, slice_index=5 // 2)
+    group = made["metadata"]["labels"]["kubeferry.io/pod-group"]
+    assert made["metadata"]["labels"]["kubeferry.io/kueue-slice"] == "2"
+    assert made["metadata"]["labels"]["kubeferry.io/task"] == "main-slice-2"
+    assert made["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == [
+        {"labelSelector": {"matchLabels": {"kubeferry.io/pod-group": group, "kubeferry.io/kueue-slice": "2",
+                                           "kueue.x-k8s.io/podset": "main"}}, "topologyKey": host}]
+    # a podset kept in one rack and sliced by host states both; without a rank, the gang without the slice
+    both = copy.deepcopy(pod)
+    both["metadata"]["annotations"]["kueue.x-k8s.io/podset-required-topology"] = "kubeferry.io/topology-domain"
+    terms = compute_pod(both, B, 2)["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert [t["topologyKey"] for t in terms] == ["kubeferry.io/topology-domain", host]
+    unranked = compute_pod(pod, B)
+    assert "kubeferry.io/kueue-slice" not in unranked["metadata"]["labels"] and "affinity" not in unranked["spec"]
+    assert unranked["metadata"]["labels"]["kubeferry.io/pod-group"] == group
+    # the Workload's sliced podsets make the gang, as many as admitted; a slice level not carried makes none
+    workload = {"spec": {"podSets": [
+        {"name": "main", "count": 8, "topologyRequest": {**job, "podSetSliceRequiredTopology": host,
+                                                         "podSetSliceSize": 2}},
+        {"name": "os", "count": 2, "topologyRequest": {"podSetSliceRequiredTopology": "kubernetes.io/os",
+                                                       "podSetSliceSize": 1}}]},
+        "status": {"admission": {"podSetAssignments": [{"name": "main", "count": 6}]}}}
+    assert kept_members(workload) == 6
+    assert podset_of(workload, "main") == (workload["spec"]["podSets"][0], 6) and podset_of(workload, "x") is None
+    for size in ("0", "two", ""):
+        pod["metadata"]["annotations"]["kueue.x-k8s.io/podset-slice-size"] = size
+        assert sliced(pod) is None and gang_of(pod) is None
 
 
 async def test_work_queue_deduplicates_and_never_runs_a_key_twice_at_once() -> None:
