@@ -146,8 +146,7 @@ def kept_members(workload: Obj) -> int:
     podsets that require or prefer a level the compute cluster holds them to, as many as Kueue admitted of
     each (before: the spec's). One gang whatever each podset's level, as the Workload was admitted whole;
     each podset keeps to its own level."""
-    admitted = {str(a.get("name")): a.get("count") for a in
-                ((workload.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []}
+    admitted = _admitted(workload)
     return sum(int(admitted.get(str(podset.get("name"))) or podset.get("count") or 0)
                for podset in (workload.get("spec") or {}).get("podSets") or []
                if carried_level(_level_of(podset.get("topologyRequest") or {}))
@@ -156,12 +155,17 @@ def kept_members(workload: Obj) -> int:
 
 def podset_of(workload: Obj, name: str) -> tuple[Obj, int] | None:
     """A Workload's podset ``name`` and how many pods Kueue admitted of it (before admission: the spec's)."""
-    admitted = {str(a.get("name")): a.get("count") for a in
-                ((workload.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []}
+    admitted = _admitted(workload)
     for podset in (workload.get("spec") or {}).get("podSets") or []:
         if str(podset.get("name")) == name:
             return podset, int(admitted.get(name) or podset.get("count") or 0)
     return None
+
+
+def _admitted(workload: Obj) -> dict[str, Any]:
+    """How many pods of each podset Kueue admitted (none before admission)."""
+    return {str(a.get("name")): a.get("count") for a in
+            ((workload.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []}
 
 
 def _level_of(request: Obj) -> str:
@@ -266,8 +270,7 @@ class Gangs:
         """The size of a Kueue Workload's gang (``kept_members``), read from the Workload."""
         workload = await self._workload(gang)
         if (total := kept_members(workload)) < 1:
-            level = kept_together(pod) or getattr(sliced(pod), "key", None)
-            raise NotReady(f"Kueue Workload {gang.name} has no podset kept in one {level}")
+            raise NotReady(f"Kueue Workload {gang.name} has no podset kept in one {kept_together(pod) or sliced(pod)}")
         return total
 
     async def slice_of(self, pod: Obj) -> int | None:

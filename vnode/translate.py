@@ -356,6 +356,9 @@ class KueueSlice(NamedTuple):
     key: str
     size: int
 
+    def __str__(self) -> str:
+        return self.key
+
 
 def sliced(pod: Obj) -> KueueSlice | None:
     """The level and size of the slices Kueue cuts the pod's podset into (``podset-slice-required-topology``,

@@ -626,25 +626,38 @@ class Placer:
     def _place_groups(self, job: Job, order: list[Replica], terms: list[Together | Gather], excluded: frozenset[str],
                       probe: bool) -> list[Placement] | None:
         """A gang of groups that each keep together by a term of their own (``_apart_groups``; say, Kueue podsets
-        that must each stay in one rack): group after group, each tried in one domain after another (tightest
-        with room first, as a gang of one group is) with the groups before it bound, then the replicas in no
-        group. Binpacking a group instead could start it in a domain too small for it, and the gang would wait
-        though it fits. A group whose term already has a domain (a replica bound there) stays there
-        (``confined``). Each group keeps the first domain it fits in: at most ``TOGETHER_TRIALS`` placements a
-        group, not their product."""
+        that must each stay in one rack, or a podset's slices that must each stay on one host inside its rack):
+        group after group, each tried in one domain after another (tightest with room first, as a gang of one
+        group is) with the groups before it bound, a group's inner groups inside the domain it is tried in, then
+        the replicas in no group. Binpacking a group instead could start it in a domain too small for it, and
+        the gang would wait though it fits. A group whose term already has a domain (a replica bound there)
+        stays there (``confined``). Each group keeps the first domain it fits in: at most ``TOGETHER_TRIALS``
+        placements a group, not their product."""
+        done = self._nested(job, order, terms, excluded)
+        if done is not None and probe:
+            self.unwind(job, done)
+        return done
+
+    def _nested(self, job: Job, order: list[Replica], terms: list[Together | Gather],
+                excluded: frozenset[str]) -> list[Placement] | None:
+        """``_place_groups`` for ``order``'s replicas, off ``excluded``: the outermost groups in turn, each tried in
+        its domains with the groups it holds placed inside (recursively); nothing stays bound if one finds none."""
         tasks = job.task_by_name
+        groups = {term: frozenset(r.task for r in order if term in tasks[r.task].request.together
+                                  or term.term in tasks[r.task].request.marks) for term in terms}
         done: list[Placement] = []
         left = list(order)
         for term in terms:
-            group = {r.task for r in left
-                     if term in tasks[r.task].request.together or term.term in tasks[r.task].request.marks}
+            group = groups[term]
             members = [r for r in left if r.task in group]
-            if not members:
-                continue
+            if not members or any(group < other for other in groups.values()):
+                continue  # placed with an equal group before, or inside the group that holds it
+            inner = [t for t in terms if groups[t] and groups[t] < group]
             pins: Iterable[frozenset[str]] = (
                 [frozenset()] if self._held_domains(job, term)
                 else self._domains_to_try(term, sum(tasks[r.task].request.gpu_total for r in members), excluded))
-            tries = (self._place(job, members, excluded, False, pin, group) for pin in pins)
+            tries = (self._nested(job, members, inner, excluded | pin) if inner
+                     else self._place(job, members, excluded, False, pin, set(group)) for pin in pins)
             placed = next((p for p in tries if p is not None), None)
             if placed is None:
                 self.unwind(job, done)
@@ -655,10 +668,7 @@ class Placer:
         if rest is None:
             self.unwind(job, done)
             return None
-        done += rest
-        if probe:
-            self.unwind(job, done)
-        return done
+        return done + rest
 
     def _domains_to_try(self, term: PodTerm, milli: int, excluded: frozenset[str]) -> Iterator[frozenset[str]]:
         """For each domain of ``term`` whose schedulable nodes have ``milli`` of GPU free, tightest first: the
@@ -704,12 +714,17 @@ class Placer:
 
 
 def _apart_groups(job: Job, replicas: list[Replica], names: set[str]) -> bool:
-    """Whether the replicas form groups that each keep together by a term of their own (each states at most one
-    term, the one that selects it, as Kueue's podsets do), so that each group can be placed on its own. A
-    replica that follows another group's (a term that does not select it) can start only once that group runs."""
+    """Whether the replicas form groups that each keep together by a term of their own, so that each group can be
+    placed on its own: each replica states exactly the terms that select it, and any two groups are apart or one
+    holds the other (Kueue's podsets, and a podset's slices inside it). A replica that follows another group's
+    (a term that does not select it) can start only once that group runs."""
     tasks = job.task_by_name
-    return all(len(req.together) <= 1 and {t.term for t in req.together} == req.marks & names
-               for req in {tasks[r.task].request for r in replicas})
+    requests = {tasks[r.task].request for r in replicas}
+    if not all({t.term for t in req.together} == req.marks & names for req in requests):
+        return False
+    present = {r.task for r in replicas}
+    groups = [frozenset(t for t in present if name in tasks[t].request.marks) for name in names]
+    return all(a <= b or b <= a or not a & b for a in groups for b in groups)
 
 
 def _follows(req: Request) -> bool:

@@ -665,40 +665,52 @@ async def test_a_kueue_workload_of_two_podsets_each_required_in_one_rack_keeps_e
 
 async def test_a_kueue_podset_sliced_by_host_keeps_each_slice_of_consecutive_ranks_on_one_compute_node(
         kueue: list[str], tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
-    """Kueue's slices: an Indexed Job of four 4-GPU pods whose podset is cut into slices of two, each required on
-    one host (``podset-slice-required-topology``, ``podset-slice-size``; no level for the whole podset). Kueue
-    admits it on the virtual node (one host to the tenant); in the compute cluster the four copies are one gang,
-    each copy carries its slice (its completion index over two, read as the Workload says) with a required pod
-    affinity with its slice's copies over hostnames, so pods 0 and 1 share a node, as do 2 and 3, and the Job
-    completes."""
-    await _topology_queue(tenant_api, tenant_ns)
-    job = _kept_job("sliced", HOSTNAME, 4)
-    job["spec"] |= {"parallelism": 4, "completions": 4, "completionMode": "Indexed"}
-    annotations = job["spec"]["template"]["metadata"]["annotations"]
-    del annotations["kueue.x-k8s.io/podset-required-topology"]
-    annotations |= {"kueue.x-k8s.io/podset-slice-required-topology": HOSTNAME, "kueue.x-k8s.io/podset-slice-size": "2"}
+    """Kueue's slices: two Indexed Jobs of four 4-GPU pods whose podset is cut into slices of two, each required
+    on one host (``podset-slice-required-topology``, ``podset-slice-size``); "racked" also requires its whole
+    podset in one rack. Kueue admits both on the virtual node (one rack and one host to the tenant); in the
+    compute cluster each Job is one gang of four whose copies carry their slice (completion index over two, read
+    as the Workload says) and a required pod affinity with their slice's copies over hostnames (after the rack
+    term with the podset's copies, for "racked"), so pods 0 and 1 share a node, as do 2 and 3, "racked" in one
+    rack; both Jobs complete."""
+    await _topology_queue(tenant_api, tenant_ns, gpus=32)
     batch = client.BatchV1Api(tenant_api)
-    await batch.create_namespaced_job(tenant_ns, job)
+    slices = {"kueue.x-k8s.io/podset-slice-required-topology": HOSTNAME, "kueue.x-k8s.io/podset-slice-size": "2"}
+    for name, podset_level in (("sliced", None), ("racked", DOMAIN_LABEL)):
+        job = _kept_job(name, podset_level or HOSTNAME, 4)
+        job["spec"] |= {"parallelism": 4, "completions": 4, "completionMode": "Indexed"}
+        annotations = job["spec"]["template"]["metadata"]["annotations"]
+        annotations["kubeferry.io/sim-duration"] = "45s"  # both Jobs' pods run at once while they are looked at
+        if podset_level is None:
+            del annotations["kueue.x-k8s.io/podset-required-topology"]
+        annotations |= slices
+        await batch.create_namespaced_job(tenant_ns, job)
 
-    copies = await _waited(tenant_api, tenant_ns, lambda: running_copies(compute_api, tenant_ns, 4), timeout=90,
-                           what="the Job's 4 pods Running")
+    copies = await _waited(tenant_api, tenant_ns, lambda: running_copies(compute_api, tenant_ns, 8), timeout=120,
+                           what="the Jobs' 8 pods Running")
     groups = await _compute_groups(compute_api, tenant_ns)
-    assert [g["spec"]["minMember"] for g in groups] == [4], groups
-    nodes: dict[str, set[str]] = {}
+    assert [g["spec"]["minMember"] for g in groups] == [4, 4], groups
+    nodes: dict[tuple[str, str], set[str]] = {}
+    racks: set[str] = set()
     for c in copies:
-        index = int(c.metadata.annotations["batch.kubernetes.io/job-completion-index"])
+        job_name, index = c.metadata.labels["job-name"], int(c.metadata.annotations[
+            "batch.kubernetes.io/job-completion-index"])
         assert c.metadata.labels[SLICE_LABEL] == str(index // 2), (index, c.metadata.labels)
-        (term,) = c.spec.affinity.pod_affinity.required_during_scheduling_ignored_during_execution
+        *podset_terms, term = c.spec.affinity.pod_affinity.required_during_scheduling_ignored_during_execution
         assert term.topology_key == HOSTNAME and term.label_selector.match_labels == {
             POD_GROUP_LABEL: c.metadata.labels[POD_GROUP_LABEL], SLICE_LABEL: str(index // 2),
             KUEUE_PODSET: c.metadata.labels[KUEUE_PODSET]}, term
-        nodes.setdefault(str(index // 2), set()).add(c.spec.node_name)
-    assert sorted(nodes) == ["0", "1"] and all(len(n) == 1 for n in nodes.values()), nodes
+        assert [t.topology_key for t in podset_terms] == ([DOMAIN_LABEL] if job_name == "racked" else []), podset_terms
+        nodes.setdefault((job_name, str(index // 2)), set()).add(c.spec.node_name)
+        if job_name == "racked":
+            racks.add((await client.CoreV1Api(compute_api).read_node(c.spec.node_name)).metadata.labels[DOMAIN_LABEL])
+    assert len(nodes) == 4 and all(len(n) == 1 for n in nodes.values()), nodes
+    assert len(racks) == 1, racks
 
     async def complete() -> bool:
-        return _finished(await batch.read_namespaced_job("sliced", tenant_ns)) is not None
+        return all([_finished(await batch.read_namespaced_job(name, tenant_ns)) is not None
+                    for name in ("sliced", "racked")])
 
-    await _waited(tenant_api, tenant_ns, complete, timeout=90, interval=1, what="the Job Complete")
+    await _waited(tenant_api, tenant_ns, complete, timeout=120, interval=1, what="the Jobs Complete")
 
 
 async def test_a_vnode_that_may_not_read_kueues_workloads_says_so_on_the_pod_and_runs_it_once_granted(

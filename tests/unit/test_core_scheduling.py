@@ -27,6 +27,7 @@ from scheduler.core.model import (
     Tier,
     Together,
 )
+from scheduler.core.placement import _apart_groups
 from scheduler.core.scheduler import PRESETS, Scheduler
 from tests.unit.core_helpers import NO_LOANS, cluster, gang, node, passed_big_gang, queue, scheduler
 
@@ -851,6 +852,38 @@ def test_a_gang_of_several_groups_that_each_keep_together_tries_each_group_in_it
     _together(job, 1, together=(Together("master", "zone"), Together("workers", HOSTNAME_KEY)), marks=("workers",))
     placed = s.placer.place_gang(job, job.replicas)
     assert placed is not None and len({p.node for p in placed}) == 1
+
+
+def test_slices_that_each_keep_to_one_host_inside_their_podsets_zone_are_each_tried_on_the_zones_hosts() -> None:
+    # a Kueue podset required in one zone and cut into slices of two 4-GPU pods each required on one host: zone a
+    # holds it (n2, n3 whole; n1 half taken), zone b does not. Placing it in one pass started the second slice
+    # beside the filler on n1, where its second pod cannot follow, and the gang waited though it fit
+    c = cluster(_zoned("a", "a", "a", "b"))
+    s = scheduler(c)
+    s.submit(gang("filler", "default", 1, 4))
+    s.cycle(0)
+    assert c.jobs["filler"].replicas[0].node == "n1"
+    job = Job("sliced", "default", [Task("s0", 2, Request(cpu_milli=1000, gpus=4)),
+                                    Task("s1", 2, Request(cpu_milli=1000, gpus=4))], submit_time=1)
+    for i in (0, 1):
+        _together(job, i, together=(Together("podset", "zone"), Together(f"s{i}", HOSTNAME_KEY)),
+                  marks=("podset", f"s{i}"))
+    assert s.placer.place_gang(job, job.replicas, probe=True) is not None and not any(r.node for r in job.replicas)
+    s.submit(job)
+    s.cycle(1)
+    hosts = {t: {r.node for r in job.replicas if r.task == t} for t in ("s0", "s1")}
+    assert all(len(h) == 1 for h in hosts.values()) and hosts["s0"] != hosts["s1"], hosts
+    assert {c.nodes[r.node or ""].labels["zone"] for r in job.replicas} == {"a"}
+    assert "n1" not in hosts["s0"] | hosts["s1"]
+    # groups that overlap without one holding the other are not placed group by group, and still place in one pass
+    job = Job("crossed", "default", [Task("x", 1, Request(cpu_milli=1000, gpus=1)),
+                                     Task("y", 1, Request(cpu_milli=1000, gpus=1)),
+                                     Task("z", 1, Request(cpu_milli=1000, gpus=1))])
+    _together(job, 0, together=(Together("xy", "zone"),), marks=("xy",))
+    _together(job, 1, together=(Together("xy", "zone"), Together("yz", "zone")), marks=("xy", "yz"))
+    _together(job, 2, together=(Together("yz", "zone"),), marks=("yz",))
+    assert not _apart_groups(job, job.replicas, {"xy", "yz"})
+    assert s.placer.place_gang(job, job.replicas) is not None
 
 
 def test_replicas_that_keep_together_on_one_node_share_it() -> None:
