@@ -4,6 +4,7 @@ terminal with counts on both sides when the job ends, one identity per incarnati
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import pytest
@@ -241,6 +242,38 @@ async def _reasons_on(tenant: client.ApiClient, ns: str, uid: str) -> set[str]:
     return {e.reason for e in events}
 
 
+async def _no_pods(core: client.CoreV1Api, ns: str) -> bool:
+    return not (await core.list_namespaced_pod(ns)).items
+
+
+async def _running_on_a_new_group(compute: client.ApiClient, tenant_ns: str, old_uid: str,
+                                  tenant_uid: str) -> list[Any] | None:
+    """The compute PodGroup made for tenant group ``tenant_uid``, once Running with the earlier incarnation's
+    (``old_uid``) gone."""
+    groups = await compute_groups(compute, tenant_ns)
+    if any(g["metadata"]["uid"] == old_uid for g in groups):
+        return None
+    mine = [g for g in groups if g["metadata"]["labels"].get(naming.UPSTREAM_UID_LABEL) == tenant_uid]
+    return mine if mine and (mine[0].get("status") or {}).get("phase") == "Running" else None
+
+
+async def _phase_is(api: client.ApiClient, crd: tuple[str, str], ns: str, name: str, phase: str) -> bool:
+    return (await status_of(api, crd, ns, name)).get("phase") == phase
+
+
+async def _runs_anew(tenant_api: client.ApiClient, compute_api: client.ApiClient, crd: tuple[str, str], ns: str,
+                     group: Any, old_uid: str, timeout: float) -> list[Any]:
+    """Wait until tenant PodGroup ``group`` (made again) runs on a compute PodGroup of its own, the earlier
+    incarnation's (``old_uid``) gone, and is Running itself; its compute PodGroup."""
+    name = group["metadata"]["name"]
+    found: list[Any] = await eventually(
+        partial(_running_on_a_new_group, compute_api, ns, old_uid, group["metadata"]["uid"]), timeout=timeout,
+        what=f"gang {name} Running on a new compute PodGroup")
+    await eventually(partial(_phase_is, tenant_api, crd, ns, name, "Running"), timeout=30,
+                     what=f"the new tenant group {name} Running")
+    return found
+
+
 async def test_a_recreated_gang_gets_a_fresh_compute_group(vnodes: dict[str, Component], tenant_api: client.ApiClient,
                                                           compute_api: client.ApiClient, tenant_ns: str) -> None:
     import time
@@ -268,31 +301,15 @@ async def test_a_recreated_gang_gets_a_fresh_compute_group(vnodes: dict[str, Com
     for n in names:
         await core.delete_namespaced_pod(n, tenant_ns, grace_period_seconds=0)
 
-    async def pods_gone() -> bool:
-        return not (await core.list_namespaced_pod(tenant_ns)).items
-
-    await eventually(pods_gone, timeout=30, what="old pods deleted")
+    await eventually(partial(_no_pods, core, tenant_ns), timeout=30, what="old pods deleted")
     t0 = time.monotonic()
     second = await tenant_group(tenant_api, VOLCANO, tenant_ns, "pt", 4)
     for n in names:
         await core.create_namespaced_pod(tenant_ns, member(n, "volcano", "pt", duration="30s"))
     assert time.monotonic() - t0 < 3
 
-    async def fresh_running() -> list[Any] | None:
-        groups = await compute_groups(compute_api, tenant_ns)
-        if [g["metadata"]["uid"] for g in groups if g["metadata"]["uid"] == old["metadata"]["uid"]]:
-            return None  # the old incarnation's group must be gone
-        mine = [g for g in groups if g["metadata"]["labels"].get(naming.UPSTREAM_UID_LABEL)
-                == second["metadata"]["uid"]]
-        return mine if mine and (mine[0].get("status") or {}).get("phase") == "Running" else None
-
-    (new,) = await eventually(fresh_running, timeout=30, what="second gang Running on a new compute PodGroup")
+    (new,) = await _runs_anew(tenant_api, compute_api, VOLCANO, tenant_ns, second, old["metadata"]["uid"], 30)
     assert new["status"].get("succeeded", 0) == 0, "no count of the first incarnation leaks into the second"
-
-    async def tenant_running() -> bool:
-        return (await status_of(tenant_api, VOLCANO, tenant_ns, "pt")).get("phase") == "Running"
-
-    await eventually(tenant_running, timeout=30, what="the new tenant group Running")
 
     # A restarted vnode reads every compute Event again; the old pod's Event names the compute pod name
     # the new pod has now, but not its UID: it must not appear on the new tenant pod. An Event about the
@@ -342,10 +359,7 @@ async def test_a_gang_made_again_pods_first_waits_for_its_new_group_and_never_jo
     for n in names:
         await core.delete_namespaced_pod(n, tenant_ns, grace_period_seconds=0)
 
-    async def pods_gone() -> bool:
-        return not (await core.list_namespaced_pod(tenant_ns)).items
-
-    await eventually(pods_gone, timeout=30, what="old pods deleted")
+    await eventually(partial(_no_pods, core, tenant_ns), timeout=30, what="old pods deleted")
     for n in names:
         await core.create_namespaced_pod(tenant_ns, member(n, "scheduler-plugins", "pf", duration="30s"))
     pod = await core.read_namespaced_pod(names[0], tenant_ns)
@@ -358,20 +372,7 @@ async def test_a_gang_made_again_pods_first_waits_for_its_new_group_and_never_jo
         "tenant-1", label_selector=f"{naming.UPSTREAM_NS_LABEL}={tenant_ns}")).items, "no member made before its group"
     second = await tenant_group(tenant_api, PLUGINS, tenant_ns, "pf", 2)
 
-    async def fresh_running() -> list[Any] | None:
-        groups = await compute_groups(compute_api, tenant_ns)
-        if any(g["metadata"]["uid"] == old["metadata"]["uid"] for g in groups):
-            return None
-        mine = [g for g in groups if g["metadata"]["labels"].get(naming.UPSTREAM_UID_LABEL)
-                == second["metadata"]["uid"]]
-        return mine if mine and (mine[0].get("status") or {}).get("phase") == "Running" else None
-
-    await eventually(fresh_running, timeout=60, what="the gang Running on a new compute PodGroup")
-
-    async def tenant_running() -> bool:
-        return (await status_of(tenant_api, PLUGINS, tenant_ns, "pf")).get("phase") == "Running"
-
-    await eventually(tenant_running, timeout=30, what="the new tenant group Running")
+    await _runs_anew(tenant_api, compute_api, PLUGINS, tenant_ns, second, old["metadata"]["uid"], 60)
 
 
 async def test_members_that_joined_an_earlier_incarnations_group_get_their_own_once_it_is_seen(
@@ -399,10 +400,7 @@ async def test_members_that_joined_an_earlier_incarnations_group_get_their_own_o
     for n in names:
         await core.delete_namespaced_pod(n, tenant_ns, grace_period_seconds=0)
 
-    async def pods_gone() -> bool:
-        return not (await core.list_namespaced_pod(tenant_ns)).items
-
-    await eventually(pods_gone, timeout=30, what="old pods deleted")
+    await eventually(partial(_no_pods, core, tenant_ns), timeout=30, what="old pods deleted")
     uids = {(await core.create_namespaced_pod(tenant_ns, member(n, "scheduler-plugins", "pl", duration="60s")))
             .metadata.uid for n in names}
 
@@ -423,20 +421,7 @@ async def test_members_that_joined_an_earlier_incarnations_group_get_their_own_o
     await eventually(old_group_gone, timeout=30, what="the old tenant PodGroup gone")
     second = await tenant_group(tenant_api, PLUGINS, tenant_ns, "pl", 2)
 
-    async def fresh_running() -> list[Any] | None:
-        groups = await compute_groups(compute_api, tenant_ns)
-        if any(g["metadata"]["uid"] == old["metadata"]["uid"] for g in groups):
-            return None
-        mine = [g for g in groups if g["metadata"]["labels"].get(naming.UPSTREAM_UID_LABEL)
-                == second["metadata"]["uid"]]
-        return mine if mine and (mine[0].get("status") or {}).get("phase") == "Running" else None
-
-    await eventually(fresh_running, timeout=60, what="the members Running on a compute PodGroup of the new group")
-
-    async def tenant_running() -> bool:
-        return (await status_of(tenant_api, PLUGINS, tenant_ns, "pl")).get("phase") == "Running"
-
-    await eventually(tenant_running, timeout=30, what="the new tenant group Running")
+    await _runs_anew(tenant_api, compute_api, PLUGINS, tenant_ns, second, old["metadata"]["uid"], 60)
 
 
 async def test_a_waiting_gang_whose_compute_group_vanished_gets_it_back_and_runs(

@@ -875,6 +875,21 @@ def test_slices_that_each_keep_to_one_host_inside_their_podsets_zone_are_each_tr
     assert all(len(h) == 1 for h in hosts.values()) and hosts["s0"] != hosts["s1"], hosts
     assert {c.nodes[r.node or ""].labels["zone"] for r in job.replicas} == {"a"}
     assert "n1" not in hosts["s0"] | hosts["s1"]
+    # where the zone has room in total (2 + 2 + 4 GPUs free) but a host for one slice only, nothing stays bound
+    tight = cluster(_zoned("a", "a", "a"))
+    s = scheduler(tight)
+    for name, at, gpus in (("f1", 0, 6), ("f2", 1, 6), ("f3", 2, 4)):
+        s.submit(gang(name, "default", 1, gpus, submit=at))
+    s.cycle(0)
+    free = {n.name: n.free_gpu_milli for n in tight.nodes.values()}
+    assert sorted(free.values()) == [2000, 2000, 4000], free
+    job = Job("sliced", "default", [Task("s0", 2, Request(cpu_milli=1000, gpus=2)),
+                                    Task("s1", 2, Request(cpu_milli=1000, gpus=2))])
+    for i in (0, 1):
+        _together(job, i, together=(Together("podset", "zone"), Together(f"s{i}", HOSTNAME_KEY)),
+                  marks=("podset", f"s{i}"))
+    assert s.placer.place_gang(job, job.replicas) is None and not any(r.node for r in job.replicas)
+    assert {n.name: n.free_gpu_milli for n in tight.nodes.values()} == free
     # groups that overlap without one holding the other are not placed group by group, and still place in one pass
     job = Job("crossed", "default", [Task("x", 1, Request(cpu_milli=1000, gpus=1)),
                                      Task("y", 1, Request(cpu_milli=1000, gpus=1)),
