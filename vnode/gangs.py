@@ -149,8 +149,7 @@ def kept_members(workload: Obj) -> int:
     admitted = _admitted(workload)
     return sum(int(admitted.get(str(podset.get("name"))) or podset.get("count") or 0)
                for podset in (workload.get("spec") or {}).get("podSets") or []
-               if carried_level(_level_of(podset.get("topologyRequest") or {}))
-               or carried_level(str((podset.get("topologyRequest") or {}).get("podSetSliceRequiredTopology") or "")))
+               if _carried(podset.get("topologyRequest") or {}))
 
 
 def podset_of(workload: Obj, name: str) -> tuple[Obj, int] | None:
@@ -166,6 +165,12 @@ def _admitted(workload: Obj) -> dict[str, Any]:
     """How many pods of each podset Kueue admitted (none before admission)."""
     return {str(a.get("name")): a.get("count") for a in
             ((workload.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []}
+
+
+def _carried(request: Obj) -> bool:
+    """Whether a podset's topology request keeps it, or each of its slices, to a level the compute cluster holds."""
+    return bool(carried_level(_level_of(request))
+                or carried_level(str(request.get("podSetSliceRequiredTopology") or "")))
 
 
 def _level_of(request: Obj) -> str:
