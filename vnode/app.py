@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import socket
 import time
-from typing import Any
+from typing import Any, cast
 
 import structlog
 from aiohttp import web
@@ -32,7 +32,7 @@ from vnode.kubelet import KubeletAPI, ssl_context
 from vnode.node import TENANT_ACCESS, VirtualNode, forbidden
 from vnode.pods import PodReconciler
 from vnode.selection import SelectionHints
-from vnode.translate import api_service, needs_of, used_by
+from vnode.translate import GangRef, api_service, gang_of, needs_of, used_by
 from vnode.volumes import Volumes
 
 Obj = dict[str, Any]
@@ -102,7 +102,7 @@ class Vnode:
         self.binder.on_bound = self.pods.on_tenant_pod
         c.compute_pods.on_change = self.pods.on_compute_pod
         for kind, inf in c.tenant_groups.items():
-            inf.on_change = self.binder.on_tenant_group(kind)
+            inf.on_change = self._tenant_group_changed(kind)
         c.compute_groups.on_change = self._compute_group_changed
         c.compute_events.on_change = self._compute_event
         c.tenant_configmaps.on_change = self._dependency_changed("configMap")
@@ -118,6 +118,26 @@ class Vnode:
     def _unbound_pod(self, kind: str, pod: Obj) -> None:
         self.binder.on_tenant_pod(kind, pod)
         self.hints.on_tenant_pod(kind, pod)
+
+    def _tenant_group_changed(self, group_kind: str) -> Any:
+        """A tenant PodGroup seen: besides the binder's work (admit it, its compute group follows it), its bridged
+        members that have no compute group are reconciled again. A running member whose compute group went
+        while its tenant group was out of sight (deleted and made again) could not get it back then
+        (``PodReconciler``: ``Gangs.restore`` waits for the tenant group) and would wait for the resync."""
+        to_binder = self.binder.on_tenant_group(group_kind)
+
+        def handler(event: str, group: Obj) -> None:
+            to_binder(event, group)
+            if event == "DELETED" or not self.caches.synced():
+                return  # before the caches sync, the first reconcile of every pod comes anyway
+            meta = group["metadata"]
+            gang = GangRef(cast(gangs.GroupKind, group_kind), meta["namespace"], meta["name"])
+            if f"{self.b.namespace}/{gangs.compute_group_name(self.b, gang)}" in self.caches.compute_groups.store:
+                return
+            for pod in list(self.caches.tenant_pods.store.values()):
+                if pod["metadata"]["namespace"] == gang.namespace and gang_of(pod) == gang:
+                    self.pods.on_tenant_pod(event, pod)
+        return handler
 
     def _compute_group_changed(self, kind: str, group: Obj) -> None:
         meta = group["metadata"]

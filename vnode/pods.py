@@ -164,11 +164,14 @@ class PodReconciler:
         if not status.terminal(cp):
             try:
                 await self.gangs.restore(tp)
-            except NotReady:
+            except NotReady as exc:
                 if not cp.get("spec", {}).get("nodeName"):
                     raise
                 # running without a group whose tenant group is not seen: it needs none to run, and gets it
-                # back at a later resync once the group is seen
+                # back when the tenant group is seen (Vnode._tenant_group_changed)
+                await self.events.emit(tp, "Warning", "PodGroupMissing",
+                                       f"{exc}: the pod runs on, and its PodGroup's status follows once it exists",
+                                       key=str(exc))
         cp = await self._follow_metadata(key, tp, cp)
         cp = await self._add_ephemeral(key, tp, cp)
         await self._mirror(key, tp, cp)

@@ -22,6 +22,7 @@ from tests.helpers import (
     vnode_metrics,
 )
 from vnode import naming
+from vnode.pods import SETTLE_BOUND_S
 
 pytestmark = pytest.mark.usefixtures("vnodes")
 FERRY = ("scheduling.kubeferry.io", "v1alpha1")
@@ -422,6 +423,43 @@ async def test_members_that_joined_an_earlier_incarnations_group_get_their_own_o
     second = await tenant_group(tenant_api, PLUGINS, tenant_ns, "pl", 2)
 
     await _runs_anew(tenant_api, compute_api, PLUGINS, tenant_ns, second, old["metadata"]["uid"], 60)
+
+
+async def test_running_members_whose_groups_both_went_get_a_compute_group_as_soon_as_their_tenant_group_is_back(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
+    """A running gang whose tenant PodGroup is deleted (a user re-applying it) and whose compute PodGroup goes
+    meanwhile (collected, or deleted by hand): the members run on and are told why their group has no status.
+    Once the tenant group is made again they get a compute group of its incarnation at once, not at the
+    vnode's resync two minutes later, and the new tenant group shows them Running."""
+    core = client.CoreV1Api(tenant_api)
+    custom = client.CustomObjectsApi(tenant_api)
+    names = ["pr-0", "pr-1"]
+    await tenant_group(tenant_api, VOLCANO, tenant_ns, "pr", 2)
+    for n in names:
+        await core.create_namespaced_pod(tenant_ns, member(n, "volcano", "pr", duration="600s"))
+    await eventually(partial(_phase_is, tenant_api, VOLCANO, tenant_ns, "pr", "Running"), timeout=60,
+                     what="the gang Running")
+    started = max([_ts((await core.read_namespaced_pod(n, tenant_ns)).status.start_time) for n in names])
+
+    async def settled() -> bool:  # the vnode's own timers for a new pod (the first status write) have fired
+        return datetime.now(UTC).timestamp() > started + SETTLE_BOUND_S + 1
+
+    await eventually(settled, timeout=SETTLE_BOUND_S + 30, what="the members past their first status write")
+    (old,) = await compute_groups(compute_api, tenant_ns)
+    await custom.delete_namespaced_custom_object(*VOLCANO, tenant_ns, "podgroups", "pr")
+    await client.CustomObjectsApi(compute_api).delete_namespaced_custom_object(
+        *FERRY, "tenant-1", "podgroups", old["metadata"]["name"])
+    uids = [(await core.read_namespaced_pod(n, tenant_ns)).metadata.uid for n in names]
+
+    async def told() -> bool:
+        return all(["PodGroupMissing" in await _reasons_on(tenant_api, tenant_ns, uid) for uid in uids])
+
+    await eventually(told, timeout=30, what="the running members told their PodGroup is missing")
+    assert not await compute_groups(compute_api, tenant_ns), "no compute group without its tenant group"
+    second = await tenant_group(tenant_api, VOLCANO, tenant_ns, "pr", 2)
+
+    await _runs_anew(tenant_api, compute_api, VOLCANO, tenant_ns, second, old["metadata"]["uid"], 20)
+    assert all(p.status.phase == "Running" for p in (await core.list_namespaced_pod(tenant_ns)).items)
 
 
 async def test_a_waiting_gang_whose_compute_group_vanished_gets_it_back_and_runs(
