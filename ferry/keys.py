@@ -26,3 +26,6 @@ TIER_ANNOTATION = PREFIX + "tier"
 DEPENDS_ON_ANNOTATION = PREFIX + "depends-on"
 # "true" on a gang's pods (or its compute PodGroup): it can checkpoint, and consolidation may move it
 MOVABLE_ANNOTATION = PREFIX + "movable"
+# on a vnode's copy of a pod a controller owns: that controller's UID in the tenant cluster (the scheduler
+# gives the controller's next pod the place and history of a pod it evicted; scheduler/service/runs.py)
+UPSTREAM_CONTROLLER_LABEL = PREFIX + "upstream-controller-uid"

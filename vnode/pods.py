@@ -30,6 +30,7 @@ from vnode.translate import (
     Bridge,
     compute_ephemeral,
     compute_pod,
+    controller_ref,
     gang_of,
     metadata_patch,
     refusal,
@@ -143,7 +144,7 @@ class PodReconciler:
         if status.terminal(tp):
             if cp is not None and not status.terminal(cp) and not cp["metadata"].get("deletionTimestamp"):
                 await self._delete_compute(cp, "tenant-terminal")
-            elif cp is None and _preempted(tp) and (owner := _controller(tp)) is not None:
+            elif cp is None and _preempted(tp) and (owner := controller_ref(tp)) is not None:
                 await self._hand_back(tp, owner)
             return
         if cp is None and status.forwarded(tp):
@@ -353,7 +354,7 @@ class PodReconciler:
         Volcano's job controller, for one, fails the whole job when it sees every pod ``Failed`` before
         it sees them deleted, and never applies its ``PodEvicted`` policy. A pod of nobody's is failed at
         once and stays, for its user to resubmit."""
-        if _controller(tp) is None:
+        if controller_ref(tp) is None:
             await self._fail(tp, "Preempted", PREEMPTED, disruption=True)
             return
         meta = tp["metadata"]
@@ -416,7 +417,7 @@ class PodReconciler:
             return
         if meta.get("deletionGracePeriodSeconds") == 0:
             return  # finished already; others' finalizers (a Job's tracking) keep it a moment
-        owner = _controller(tp)
+        owner = controller_ref(tp)
         if owner is not None and status.is_true(tp.get("status", {}), status.DISRUPTION):
             if not status.terminal(tp):  # the final status a kubelet writes for a preempted pod
                 await self._fail(tp, "Preempted", PREEMPTED, disruption=True)
@@ -481,11 +482,6 @@ def _unfixable(exc: Exception) -> bool:
 
 def _preempted(pod: Obj) -> bool:
     return (pod.get("status") or {}).get("reason") == "Preempted"
-
-
-def _controller(pod: Obj) -> Obj | None:
-    """The owner reference of the pod's controller (a Job, a ReplicaSet, an operator's job), if any."""
-    return next((o for o in pod["metadata"].get("ownerReferences") or [] if o.get("controller")), None)
 
 
 def _gated(pod: Obj) -> bool:

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
-from ferry.keys import POD_GROUP_LABEL, PREFIX, SCHEDULER_NAME, TASK_LABEL
+from ferry.keys import POD_GROUP_LABEL, PREFIX, SCHEDULER_NAME, TASK_LABEL, UPSTREAM_CONTROLLER_LABEL
 from vnode import naming
 from vnode.podsecurity import PodSecurity, violation
 
@@ -576,6 +576,11 @@ def metadata_patch(pod: Obj, copied: Obj) -> Obj | None:
     return {"metadata": patch} if patch else None
 
 
+def controller_ref(pod: Obj) -> Obj | None:
+    """The owner reference of the pod's controller (a Job, a ReplicaSet, an operator's job), if any."""
+    return next((o for o in pod["metadata"].get("ownerReferences") or [] if o.get("controller")), None)
+
+
 def compute_pod(pod: Obj, b: Bridge, slice_index: int | None = None) -> Obj:
     """The compute-cluster pod for a tenant pod bound to this vnode (``slice_index``: its slice of a sliced
     podset, told by its rank, which the Workload says how to read)."""
@@ -586,6 +591,8 @@ def compute_pod(pod: Obj, b: Bridge, slice_index: int | None = None) -> Obj:
     node = spec.get("nodeName") or b.node
     labels = _kept(meta.get("labels"))
     labels.update(naming.owner_labels(b.tenant, b.node, ns, meta["uid"]))
+    if (controller := controller_ref(pod)) is not None and controller.get("uid"):
+        labels[UPSTREAM_CONTROLLER_LABEL] = str(controller["uid"])  # its next pod continues its job (scheduler runs.py)
     annotations = _kept(meta.get("annotations"))
     annotations[naming.UPSTREAM_NAME_ANNOTATION] = name
     annotations[FOLLOWED_ANNOTATION] = _followed_keys(*followed(meta))

@@ -22,6 +22,7 @@ from scheduler.core.hierarchy import recount
 from scheduler.core.lifecycle import NoHooks
 from scheduler.core.model import Job, JobPhase, ReplicaPhase
 from scheduler.core.scheduler import Scheduler, SchedulerConfig
+from scheduler.service.runs import EarlierRuns
 from scheduler.service.snapshot import (
     Obj,
     ShapeCache,
@@ -66,6 +67,7 @@ class Mirror:
         self.config = config
         self._stores = (pods, nodes, groups, queues)
         self._shapes = ShapeCache()
+        self.runs = EarlierRuns()  # what the next pods of evicted bare jobs continue (kept across rebuilds)
         self.sched: Scheduler | None = None
         self.snap: Snapshot | None = None
         self.rebuilds = 0
@@ -179,7 +181,8 @@ class Mirror:
     def _rebuild(self, now: float, assumed: Assumed) -> tuple[Scheduler, Snapshot]:
         store = self._pods
         pods = {k: with_assumed(p, assumed) for k, p in store.items()}
-        self.snap = build(dict(self._nodes), pods, dict(self._groups), dict(self._queues), now, self._shapes)
+        self.snap = build(dict(self._nodes), pods, dict(self._groups), dict(self._queues), now, self._shapes,
+                          self.runs)
         self.sched = Scheduler(self.snap.cluster, self.config, NoHooks())
         # a dependency the model does not hold (all its pods ended or are gone): its PodGroup's status says
         self.sched.phase_elsewhere = lambda name: group_phase(self._groups.get(name))
@@ -250,10 +253,12 @@ class Mirror:
             for table in (snap.pods_of, snap.group_of, snap.counts, snap.problems, snap.waiting):
                 table.pop(name, None)
             self._shapes.entries.pop(name, None)
+            self.runs.forget(name)
             if old is not None:
                 sched.remove(name)
             return
-        view = assemble(name, live, ended, self._groups, ns_queue, snap.cluster.queues, self._shapes, now)
+        view = assemble(name, live, ended, self._groups, ns_queue, snap.cluster.queues, self._shapes, now,
+                        self.runs)
         record(snap, name, view)
         new = view.job
         if new is None:

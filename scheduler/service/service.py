@@ -40,6 +40,7 @@ from scheduler.core.scheduler import CYCLE_PERIOD_S, Scheduler, SchedulerConfig
 from scheduler.service import metrics
 from scheduler.service.accounting import Accountant
 from scheduler.service.mirror import Mirror
+from scheduler.service.runs import EarlierRun
 from scheduler.service.settings import SettingsFile
 from scheduler.service.snapshot import (
     HELD_NODES_STATUS,
@@ -393,6 +394,10 @@ class SchedulerService:
                 if isinstance(d, Evict):
                     metrics.EVICTIONS.inc()
                     kept = evicted_status(d.attained_gpu_s, time.time(), d.moved_at)
+                    if snap.group_of.get(d.job) is None and (victim := snap.cluster.jobs.get(d.job)) is not None:
+                        # no PodGroup keeps it: the next pod its controller makes takes it (runs.py)
+                        self.mirror.runs.evicted(snap.pods_of.get(d.job, {}).values(), EarlierRun(
+                            victim.submit_time, d.attained_gpu_s, time.time(), d.moved_at), time.time())
                 else:
                     only = {(t, i) for t, i, _ in d.replicas}
                 eviction = asyncio.ensure_future(self._evict(snap, d.job, only, d.reason, kept))

@@ -60,6 +60,7 @@ from scheduler.core.model import (
     Tier,
     Together,
 )
+from scheduler.service.runs import EarlierRun, EarlierRuns
 
 DEFAULT_QUEUE = "default"
 # PodGroup status fields the service writes at an eviction and reads back when it builds its model
@@ -418,8 +419,9 @@ class JobView:
 
 
 def assemble(name: str, live: list[Obj], ended: list[Obj], groups: Mapping[str, Obj], ns_queue: dict[str, str],
-             queues: dict[str, Queue], cache: ShapeCache, now: float) -> JobView:
-    """One job from its live and ended member pods and its PodGroup."""
+             queues: dict[str, Queue], cache: ShapeCache, now: float, runs: EarlierRuns | None = None) -> JobView:
+    """One job from its live and ended member pods and its PodGroup (a job without one: and the earlier run
+    it continues, which ``runs`` knows)."""
     if not live:  # a gang whose every member ended
         return JobView(None, {}, groups.get(name), gang_counts([], ended))
     ns = live[0]["metadata"]["namespace"]
@@ -435,11 +437,22 @@ def assemble(name: str, live: list[Obj], ended: list[Obj], groups: Mapping[str, 
     if len(job.replicas) + len(ended) < job.gang_size:
         return JobView(None, by_replica, group, counts, waiting=(
             f"waiting for gang members: {len(job.replicas) + len(ended)} of {job.gang_size} pods exist"))
+    if not group_name and runs is not None and (run := runs.of(name, live[0], now)) is not None:
+        continue_run(job, run)
     if job.bound() and job.start_time is None:  # bound, not started yet: young, as far as we know
         job.start_time = now
     if ended and job.min_member is not None:  # members that ended were part of the gang's minimum
         job.min_member = max(1, job.min_member - len(ended))
     return JobView(job, by_replica, group, counts)
+
+
+def continue_run(job: Job, run: EarlierRun) -> None:
+    """Job ``job`` is the next run of an evicted one: its place, clocks and history are that job's, as a
+    gang's come from its PodGroup (``_shape``)."""
+    job.submit_time = min(job.submit_time, run.submit_time)
+    job.attained_gpu_s = max(job.attained_gpu_s, run.attained_gpu_s)
+    job.stopped_at = run.stopped_at
+    job.moved_at = run.moved_at
 
 
 def record(snap: Snapshot, name: str, view: JobView) -> None:
@@ -461,7 +474,7 @@ def record(snap: Snapshot, name: str, view: JobView) -> None:
 
 
 def build(nodes: dict[str, Obj], pods: dict[str, Obj], groups: dict[str, Obj], queues: dict[str, Obj],
-          now: float, cache: ShapeCache | None = None) -> Snapshot:
+          now: float, cache: ShapeCache | None = None, runs: EarlierRuns | None = None) -> Snapshot:
     cluster_nodes = {}
     for obj in nodes.values():
         node = build_node(obj)
@@ -482,9 +495,11 @@ def build(nodes: dict[str, Obj], pods: dict[str, Obj], groups: dict[str, Obj], q
             ended[key].append(pod)
     cache = cache if cache is not None else ShapeCache()
     cache.keep_only(set(members))
+    if runs is not None:
+        runs.keep_only(set(members))
     for name in [*members, *(k for k in ended if k not in members)]:
         view = assemble(name, members.get(name, []), ended.get(name, []), groups, ns_queue, cluster_queues, cache,
-                        now)
+                        now, runs)
         record(snap, name, view)
         if view.job is not None:
             snap.cluster.jobs[name] = view.job

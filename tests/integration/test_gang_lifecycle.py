@@ -12,6 +12,7 @@ from kubernetes_asyncio import client
 
 from ferry.cluster.process import Component
 from ferry.demo import objects
+from ferry.keys import UPSTREAM_CONTROLLER_LABEL
 from tests.helpers import (
     compute_copies,
     eventually,
@@ -184,6 +185,8 @@ async def test_a_preempted_batch_job_is_made_again_by_the_job_controller_and_com
                       if c.metadata.labels.get(naming.UPSTREAM_UID_LABEL) in new_uids]
             assert not any(c.spec.node_name for c in copies), \
                 [(c.metadata.name, c.spec.node_name) for c in copies]  # the gang waits whole
+            job_uid = (await batch.read_namespaced_job("train", tenant_ns)).metadata.uid
+            assert {c.metadata.labels.get(UPSTREAM_CONTROLLER_LABEL) for c in copies} == {job_uid}  # runs.py
 
             await ccore.delete_namespaced_pod(urgent, compute_ns, grace_period_seconds=0)
 

@@ -199,6 +199,74 @@ async def test_a_gang_whose_pods_are_made_again_keeps_its_place_by_its_podgroup(
     assert await _node_of(core, compute_ns, "newer-0") is None
 
 
+async def test_a_batch_jobs_next_pod_after_an_eviction_keeps_the_jobs_place(
+    ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str, private_node: str
+) -> None:
+    """A batch Job's pod (no PodGroup) reclaimed by another queue: the Job controller makes its next pod,
+    which continues the job -- its place in its queue ahead of a job that arrived while the first pod ran,
+    as the trace replays assume -- instead of queueing behind it as a new job."""
+    core = client.CoreV1Api(compute_api)
+    batch = client.BatchV1Api(compute_api)
+    custom = client.CustomObjectsApi(compute_api)
+    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
+    qa, qb = f"a-{compute_ns}", f"b-{compute_ns}"
+    await custom.create_cluster_custom_object(GROUP, VERSION, "queues", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": qa}, "spec": {}})
+    await custom.create_cluster_custom_object(GROUP, VERSION, "queues", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "Queue", "metadata": {"name": qb},
+        "spec": {"guaranteed": {"gpu": "8"}, "preemption": {"victimGraceSeconds": 1}}})
+    try:
+        template = pod("worker", compute_ns, gpus=8, duration="600s", queue=qa)
+        del template["metadata"]["name"]
+        job = await batch.create_namespaced_job(compute_ns, {
+            "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train"},
+            "spec": {"backoffLimit": 0, "template": template,  # an eviction is not the job's failure:
+                     "podFailurePolicy": {"rules": [{"action": "Ignore",
+                                                     "onPodConditions": [{"type": "DisruptionTarget"}]}]}}})
+
+        async def job_pods() -> list[Any]:
+            return [p for p in (await core.list_namespaced_pod(
+                compute_ns, label_selector=f"batch.kubernetes.io/controller-uid={job.metadata.uid}")).items
+                if not p.metadata.deletion_timestamp]
+
+        async def first_bound() -> Any:
+            found = await job_pods()
+            return found[0] if found and found[0].spec.node_name else None
+
+        first = await eventually(first_bound, timeout=30, what="the Job's pod running")
+
+        async def second_after(t: float) -> bool:  # creation times have whole seconds: the next one must differ
+            return time.time() >= t + 1.0
+
+        await eventually(lambda: second_after(first.metadata.creation_timestamp.timestamp()), timeout=5,
+                         what="a second after the Job's pod")
+        await core.create_namespaced_pod(compute_ns, pod("later", compute_ns, gpus=8, duration="600s", queue=qa))
+        await core.create_namespaced_pod(compute_ns, pod("reclaimer", compute_ns, gpus=8, duration="600s", queue=qb))
+        await eventually(lambda: _node_of(core, compute_ns, "reclaimer"), timeout=60, what="the reclaimer bound")
+
+        async def next_pod() -> Any:
+            found = [p for p in await job_pods() if p.metadata.uid != first.metadata.uid]
+            return found[0] if found else None
+
+        nxt = await eventually(next_pod, timeout=30, what="the Job's next pod")
+        assert nxt.metadata.creation_timestamp > (await core.read_namespaced_pod("later", compute_ns)
+                                                   ).metadata.creation_timestamp
+
+        async def waits(name: str) -> bool:
+            events = await core.list_namespaced_event(compute_ns, field_selector=f"involvedObject.name={name}")
+            return any(e.reason == "FailedScheduling" for e in events.items)
+
+        await eventually(lambda: waits(nxt.metadata.name), timeout=30, what="the next pod seen waiting")
+        await core.delete_namespaced_pod("reclaimer", compute_ns, grace_period_seconds=0)
+        await eventually(lambda: _node_of(core, compute_ns, nxt.metadata.name), timeout=30,
+                         what="the Job's next pod bound first")
+        assert await _node_of(core, compute_ns, "later") is None
+    finally:
+        await batch.delete_namespaced_job("train", compute_ns, propagation_policy="Background")
+        for q in (qa, qb):
+            await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", q)
+
+
 async def test_four_quarter_gpu_pods_share_one_device(
     ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str, private_node: str
 ) -> None:

@@ -263,3 +263,58 @@ def test_a_job_whose_pods_labels_changed_is_derived_afresh() -> None:
 
     assert same(job({"app": "web"}), job({"app": "web"}))
     assert not same(job({"app": "web"}), job({"app": "db"}))
+
+
+def test_the_next_pod_of_an_evicted_bare_pods_controller_continues_its_job() -> None:
+    """A pod without a PodGroup that the service evicts: its controller's next pod keeps the job's place
+    (its arrival), the GPU-seconds it received and when it was evicted, as a gang's next run does from its
+    PodGroup and as the trace replays assume. Once only, for the same controller only, and not by the
+    evicted pod itself while it is still seen."""
+    from ferry.keys import UPSTREAM_CONTROLLER_LABEL
+    from scheduler.service.runs import EarlierRun
+
+    def owned(name: str, controller: str, created: str, copy_of: bool = False) -> Obj:
+        p = pod(name)
+        p["metadata"]["creationTimestamp"] = created
+        if copy_of:  # a vnode's copy names its tenant controller
+            p["metadata"]["labels"][UPSTREAM_CONTROLLER_LABEL] = controller
+        else:
+            p["metadata"]["ownerReferences"] = [{"kind": "Job", "name": controller, "uid": controller,
+                                                 "controller": True}]
+        return p
+
+    w = World()
+    w.put_node(node("n0"))
+    w.put_pod(owned("first", "job-1", "2026-11-30T10:00:00Z"))
+    w.cycle(1.0)
+    arrival = w.mirror.snap.cluster.jobs["a/pod/first"].submit_time  # type: ignore[union-attr]
+    w.mirror.runs.evicted([w.pods["a/first"]], EarlierRun(arrival, 3600.0, 5000.0), now=5000.0)
+    again = copy.deepcopy(w.pods["a/first"])
+    again["metadata"]["annotations"]["kubeferry.io/will-evict-at"] = "2026-11-30T10:02:00Z"
+    w.put_pod(again)  # re-derived before it is gone: it does not take its own note
+    w.cycle(5001.0)
+    assert w.mirror.runs.notes() == 1
+    w.drop_pod("a/first")
+    w.put_pod(owned("other", "job-2", "2026-11-30T10:30:00Z"))  # another controller's, arrived meanwhile
+    w.put_pod(owned("first-next", "job-1", "2026-11-30T11:00:00Z", copy_of=True))
+    w.cycle(5002.0)
+    jobs = w.mirror.snap.cluster.jobs  # type: ignore[union-attr]
+    nxt, other = jobs["a/pod/first-next"], jobs["a/pod/other"]
+    assert (nxt.submit_time, nxt.attained_gpu_s, nxt.stopped_at) == (arrival, 3600.0, 5000.0)
+    assert other.submit_time == arrival + 1800 and other.attained_gpu_s == 0.0 and other.stopped_at is None
+    w.put_pod(owned("later", "job-1", "2026-11-30T11:05:00Z"))  # the note was taken once
+    w.cycle(5003.0)
+    assert jobs["a/pod/later"].submit_time == arrival + 3900
+    changed = copy.deepcopy(w.pods["a/first-next"])
+    changed["metadata"]["annotations"]["touched"] = "yes"
+    w.put_pod(changed)  # derived again: the same answer
+    w.mirror.invalidate()  # and after a rebuild (leadership taken back)
+    w.cycle(5004.0)
+    assert w.mirror.snap.cluster.jobs["a/pod/first-next"].submit_time == arrival  # type: ignore[union-attr]
+
+    stale = w.mirror.runs
+    stale.evicted([w.pods["a/later"]], EarlierRun(arrival, 10.0, 5005.0), now=5005.0)
+    w.put_pod(owned("late", "job-1", "2026-11-30T12:00:00Z"))
+    w.mirror.sync(5005.0 + stale.keep_s + 1, {})  # the controller made its next pod too late: a new job
+    assert w.mirror.snap.cluster.jobs["a/pod/late"].submit_time == arrival + 7200  # type: ignore[union-attr]
+    assert stale.notes() == 0

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ferry.keys import PREFIX
+from ferry.keys import PREFIX, UPSTREAM_CONTROLLER_LABEL
 from ferry.kube.workqueue import WorkQueue
 from vnode import naming, status, streams
 from vnode.app import api_endpoint
@@ -73,6 +73,18 @@ def test_the_hostname_is_the_pods_name_as_a_dns_label() -> None:
         assert label.match(hostname), (name, hostname)
         assert name.startswith(hostname)
     assert compute_pod(tenant_pod(hostname="chosen"), B)["spec"]["hostname"] == "chosen"
+
+
+def test_a_copy_names_its_tenant_controller_so_the_scheduler_continues_its_job_and_no_tenant_can_claim_one() -> None:
+    """The scheduler gives the next pod of a controller whose pod it evicted that job's place and history
+    (scheduler/service/runs.py): the copy names the controller by the vnode's word only."""
+    forged = tenant_pod()
+    forged["metadata"]["labels"][UPSTREAM_CONTROLLER_LABEL] = "someone-elses-job"
+    assert UPSTREAM_CONTROLLER_LABEL not in compute_pod(forged, B)["metadata"]["labels"]
+    owned = tenant_pod()
+    owned["metadata"]["ownerReferences"] = [{"kind": "Pod", "name": "x", "uid": "not-mine"},
+                                            {"kind": "Job", "name": "train", "uid": "job-uid", "controller": True}]
+    assert compute_pod(owned, B)["metadata"]["labels"][UPSTREAM_CONTROLLER_LABEL] == "job-uid"
 
 
 def test_in_cluster_clients_are_pointed_at_the_tenant_api_when_it_is_given() -> None:

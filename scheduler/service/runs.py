@@ -1,0 +1,97 @@
+"""What a job without a PodGroup keeps of its earlier runs.
+
+A gang's PodGroup outlives its pods, so an evicted gang's next run keeps its place in its queue (the
+PodGroup's creation) and what its runs received (the PodGroup's status). A pod without one -- a batch
+Job's pod, most one-GPU jobs -- was a new job when its controller made it again: queued behind every job
+that arrived while it ran, its hold and starvation clocks started afresh, its attained service (least
+attained service) and the time of its eviction (the no-thrash cooldown) forgotten. The trace replays file
+an evicted job's next run with its arrival and its history, so the published figures assumed otherwise.
+
+Here the service notes, when it evicts a pod that a controller owns, what the job had, under that
+controller's UID (the vnode labels a copy with its tenant controller's, ``UPSTREAM_CONTROLLER_LABEL``);
+the controller's next pod in the namespace takes the oldest note. Notes live in the scheduler's memory:
+the next pod comes within the victim's grace and its controller's back-off, and a scheduler that restarts
+in between (or a note not taken within ``KEEP_S``) makes that pod a new job, as before.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ferry.keys import UPSTREAM_CONTROLLER_LABEL
+
+Obj = dict[str, Any]
+KEEP_S = 3600.0  # a note not taken by then is dropped (the controller made no next pod: its job was deleted)
+MOST_NOTES = 100_000  # a bound on memory whatever happens to the notes' controllers
+
+
+@dataclass(frozen=True, slots=True)
+class EarlierRun:
+    """What an evicted job had, as a gang's PodGroup would keep it."""
+
+    submit_time: float
+    attained_gpu_s: float
+    stopped_at: float
+    moved_at: float | None = None
+
+
+def controller_of(pod: Obj) -> tuple[str, str] | None:
+    """(namespace, UID of the pod's controller): the tenant controller a vnode's copy names, else the pod's own
+    controller in the compute cluster."""
+    meta = pod["metadata"]
+    uid = (meta.get("labels") or {}).get(UPSTREAM_CONTROLLER_LABEL) or next(
+        (o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
+    return (meta["namespace"], str(uid)) if uid else None
+
+
+class EarlierRuns:
+    def __init__(self, keep_s: float = KEEP_S, most: int = MOST_NOTES) -> None:
+        self.keep_s = keep_s
+        self.most = most
+        self._notes: dict[tuple[str, str], deque[tuple[float, EarlierRun]]] = {}
+        self._count = 0
+        # each job's answer, decided when it is first seen and kept while it lives: an evicted pod re-derived
+        # before it is gone must not take its own note, and a job's arrival must not change under it
+        self._decided: dict[str, EarlierRun | None] = {}
+
+    def evicted(self, pods: Iterable[Obj], run: EarlierRun, now: float) -> None:
+        """The service evicts these pods of one job: each pod a controller owns leaves a note for its next one."""
+        for pod in pods:
+            key = controller_of(pod)
+            if key is None or self._count >= self.most:
+                continue
+            self._notes.setdefault(key, deque()).append((now + self.keep_s, run))
+            self._count += 1
+
+    def of(self, job: str, pod: Obj, now: float) -> EarlierRun | None:
+        """The earlier run bare job ``job`` (its pod ``pod``) continues, if any."""
+        if job in self._decided:
+            return self._decided[job]
+        found: EarlierRun | None = None
+        key = controller_of(pod)
+        notes = self._notes.get(key) if key is not None else None
+        while notes:
+            until, run = notes.popleft()
+            self._count -= 1
+            if until >= now:
+                found = run
+                break
+        if notes is not None and not notes:
+            del self._notes[key]  # type: ignore[arg-type]  # notes is not None only when key is not None
+        self._decided[job] = found
+        return found
+
+    def forget(self, job: str) -> None:
+        """Job ``job`` is gone (ended, or evicted and gone: its note is already made)."""
+        self._decided.pop(job, None)
+
+    def keep_only(self, jobs: set[str]) -> None:
+        for job in [j for j in self._decided if j not in jobs]:
+            del self._decided[job]
+
+    def notes(self) -> int:
+        """Notes not taken yet (for tests and metrics)."""
+        return self._count
