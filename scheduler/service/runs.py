@@ -53,9 +53,10 @@ class EarlierRuns:
         self.most = most
         self._notes: dict[tuple[str, str], deque[tuple[float, EarlierRun]]] = {}
         self._count = 0
-        # each job's answer, decided when it is first seen and kept while it lives: an evicted pod re-derived
-        # before it is gone must not take its own note, and a job's arrival must not change under it
-        self._decided: dict[str, EarlierRun | None] = {}
+        # each job's answer, decided when its pod is first seen and kept while that pod lives: an evicted pod
+        # re-derived before it is gone must not take its own note, and a job's arrival must not change under
+        # it. By the pod's UID too: a pod made again under the same name (a StatefulSet's) is the next pod.
+        self._decided: dict[str, tuple[str, EarlierRun | None]] = {}
 
     def evicted(self, pods: Iterable[Obj], run: EarlierRun, now: float) -> None:
         """The service evicts these pods of one job: each pod a controller owns leaves a note for its next one."""
@@ -68,8 +69,9 @@ class EarlierRuns:
 
     def of(self, job: str, pod: Obj, now: float) -> EarlierRun | None:
         """The earlier run bare job ``job`` (its pod ``pod``) continues, if any."""
-        if job in self._decided:
-            return self._decided[job]
+        uid = str(pod["metadata"].get("uid", ""))
+        if (decided := self._decided.get(job)) is not None and decided[0] == uid:
+            return decided[1]
         found: EarlierRun | None = None
         key = controller_of(pod)
         notes = self._notes.get(key) if key is not None else None
@@ -81,7 +83,7 @@ class EarlierRuns:
                 break
         if notes is not None and not notes:
             del self._notes[key]  # type: ignore[arg-type]  # notes is not None only when key is not None
-        self._decided[job] = found
+        self._decided[job] = (uid, found)
         return found
 
     def forget(self, job: str) -> None:

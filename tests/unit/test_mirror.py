@@ -312,6 +312,13 @@ def test_the_next_pod_of_an_evicted_bare_pods_controller_continues_its_job() -> 
     w.cycle(5004.0)
     assert w.mirror.snap.cluster.jobs["a/pod/first-next"].submit_time == arrival  # type: ignore[union-attr]
 
+    w.mirror.runs.evicted([w.pods["a/later"]], EarlierRun(arrival, 20.0, 5004.5), now=5004.5)
+    remade = owned("later", "job-1", "2026-11-30T11:30:00Z")  # the same name, a new pod (a StatefulSet's)
+    remade["metadata"]["uid"] = "u-a-later-2"
+    w.put_pod(remade)
+    w.cycle(5004.6)
+    assert w.mirror.snap.cluster.jobs["a/pod/later"].attained_gpu_s == 20.0  # type: ignore[union-attr]
+
     stale = w.mirror.runs
     stale.evicted([w.pods["a/later"]], EarlierRun(arrival, 10.0, 5005.0), now=5005.0)
     w.put_pod(owned("late", "job-1", "2026-11-30T12:00:00Z"))
