@@ -199,6 +199,66 @@ async def test_a_preempted_batch_job_is_made_again_by_the_job_controller_and_com
         assert status.succeeded == 2 and not status.failed, status
 
 
+async def test_a_preempted_bare_jobs_next_pod_goes_before_a_pod_that_arrived_while_it_ran(
+        tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str, compute_ns: str) -> None:
+    """A batch Job of one pod and no gang, written as preemptible Jobs are, is reclaimed; its Job makes the
+    next pod. That pod continues the job in the compute cluster (the copy names the tenant Job; the scheduler
+    gives it the job's arrival: scheduler/service/runs.py), so when the node frees it starts before a pod of
+    the same tenant that arrived while the first ran, as in the trace replays."""
+    tcore, ccore, batch = client.CoreV1Api(tenant_api), client.CoreV1Api(compute_api), client.BatchV1Api(tenant_api)
+
+    def bare(duration: str) -> dict[str, Any]:  # a pod the vnode binds (Volcano's scheduler), of no gang
+        made = member("x", "volcano", "-", duration=duration)
+        del made["metadata"]["annotations"]["scheduling.k8s.io/group-name"], made["metadata"]["name"]
+        made["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "8"
+        made["spec"]["nodeSelector"] = {"ferry-test": tenant_ns}
+        return made
+
+    async with reserved_node(compute_api, tenant_ns):
+        template = bare("600s")
+        job = await batch.create_namespaced_job(tenant_ns, {
+            "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train"},
+            "spec": {"backoffLimit": 0, "template": template, "podFailurePolicy": {
+                "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}}})
+        (first,) = await eventually(lambda: running_pods(tcore, tenant_ns, 1), timeout=60, what="the Job's pod Running")
+        started = first.metadata.creation_timestamp.timestamp()
+
+        async def a_second_later() -> bool:  # creation times have whole seconds
+            return datetime.now(UTC).timestamp() >= started + 1.0
+
+        await eventually(a_second_later, timeout=5, what="a second after the Job's pod")
+        later = {**bare("600s"), "metadata": {**bare("600s")["metadata"], "name": "later"}}
+        await tcore.create_namespaced_pod(tenant_ns, later)
+
+        async with guarantee_claiming(compute_api, compute_ns, tenant_ns) as urgent:
+            async def next_pod() -> Any:
+                pods = (await tcore.list_namespaced_pod(
+                    tenant_ns, label_selector=f"batch.kubernetes.io/controller-uid={job.metadata.uid}")).items
+                return next((p for p in pods if p.metadata.uid != first.metadata.uid
+                             and p.metadata.deletion_timestamp is None), None)
+
+            nxt = await eventually(next_pod, timeout=60, what="the Job's next pod")
+
+            async def copied() -> Any:
+                return next((c for c in await compute_copies(compute_api, tenant_ns)
+                             if c.metadata.labels.get(naming.UPSTREAM_UID_LABEL) == nxt.metadata.uid), None)
+
+            copy = await eventually(copied, timeout=30, what="the next pod's compute copy")
+            assert copy.metadata.labels.get(UPSTREAM_CONTROLLER_LABEL) == job.metadata.uid
+            assert not copy.spec.node_name  # the node is taken
+            await ccore.delete_namespaced_pod(urgent, compute_ns, grace_period_seconds=0)
+
+            async def one_running() -> Any:
+                pods = [p for p in (await tcore.list_namespaced_pod(tenant_ns)).items
+                        if p.status.phase == "Running" and p.metadata.deletion_timestamp is None]
+                return pods or None
+
+            (running,) = await eventually(one_running, timeout=60, what="a pod Running once the node is free")
+            assert running.metadata.uid == nxt.metadata.uid, running.metadata.name
+        await batch.delete_namespaced_job("train", tenant_ns, propagation_policy="Background")
+        await tcore.delete_namespaced_pod("later", tenant_ns, grace_period_seconds=0)
+
+
 async def test_a_tenant_gang_declared_after_another_starts_once_that_one_succeeded(
         tenant_api: client.ApiClient, compute_api: client.ApiClient, tenant_ns: str) -> None:
     """The tenant says it on its own PodGroup (an annotation naming its PodGroups); the vnode writes the
