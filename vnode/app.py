@@ -128,8 +128,8 @@ class Vnode:
 
         def handler(event: str, group: Obj) -> None:
             to_binder(event, group)
-            if event == "DELETED" or not self.caches.synced():
-                return  # before the caches sync, the first reconcile of every pod comes anyway
+            if event != "ADDED" or not self.caches.synced():
+                return  # a group made (again); before the caches sync, every pod's first reconcile comes anyway
             meta = group["metadata"]
             gang = GangRef(cast(gangs.GroupKind, group_kind), meta["namespace"], meta["name"])
             if f"{self.b.namespace}/{gangs.compute_group_name(self.b, gang)}" in self.caches.compute_groups.store:

@@ -73,16 +73,13 @@ class EarlierRuns:
         if (decided := self._decided.get(job)) is not None and decided[0] == uid:
             return decided[1]
         found: EarlierRun | None = None
-        key = controller_of(pod)
-        notes = self._notes.get(key) if key is not None else None
-        while notes:
-            until, run = notes.popleft()
-            self._count -= 1
-            if until >= now:
-                found = run
-                break
-        if notes is not None and not notes:
-            del self._notes[key]  # type: ignore[arg-type]  # notes is not None only when key is not None
+        if (key := controller_of(pod)) is not None and (notes := self._notes.get(key)):
+            while notes and found is None:
+                until, run = notes.popleft()
+                self._count -= 1
+                found = run if until >= now else None  # one not taken in time: dropped
+            if not notes:
+                del self._notes[key]
         self._decided[job] = (uid, found)
         return found
 
