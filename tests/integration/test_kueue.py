@@ -72,6 +72,11 @@ NODE = f"ferry-{TENANT}"
 HOSTNAME = "kubernetes.io/hostname"
 VNODE_ROLE = "kube-ferry-vnode"  # manifests/tenant/rbac-vnode.yaml
 TOLERATION = {"key": "virtual-kubelet.io/provider", "operator": "Exists", "effect": "NoSchedule"}
+# Topology-aware Jobs write the virtual node's toleration into their pod template, as README (*Kueue*) advises
+# for Kueue v0.17.0-v0.17.2: their TAS node controller checks a node's taints against the Workload's templates
+# only, not the flavor's tolerations (kueue#11152, fixed in v0.17.3), and terminated a pod ungated onto the
+# virtual node but not yet bound (a CI failure: `PodTerminatedByKueue`, the Job failed). The other tests leave
+# the toleration to the flavor.
 WEBHOOKS = ("kueue-ferry-test-mutating", "kueue-ferry-test-validating")
 METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")  # read at its start unless it makes its own certificates
 CLUSTER_QUEUE, FLAVOR = "ferry-test-gpus", "ferry-test-shared"
@@ -504,6 +509,7 @@ def _kept_job(name: str, level: str, gpus: int, how: str = "required") -> dict[s
     template = job["spec"]["template"]
     template["metadata"]["annotations"][f"kueue.x-k8s.io/podset-{how}-topology"] = level
     template["spec"]["containers"] = [_container(gpus)]
+    template["spec"]["tolerations"] = [TOLERATION]  # kueue#11152 (above)
     return job
 
 
@@ -591,7 +597,7 @@ async def _leader_and_workers(api: client.ApiClient, ns: str, name: str, gpus: t
     body["metadata"]["labels"] = {QUEUE_LABEL: "racks"}
     workers = body["spec"]["replicatedJobs"][0]
     pod = workers["template"]["spec"]["template"]
-    pod["spec"]["tolerations"] = []  # the flavor brings it
+    pod["spec"]["tolerations"] = [TOLERATION]  # written in, not left to the flavor: kueue#11152
     pod["metadata"]["annotations"] |= annotations
     leader = copy.deepcopy(workers)
     leader["name"] = "leader"
