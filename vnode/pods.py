@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 
 from ferry.keys import POD_GROUP_LABEL
+from ferry.kube.owners import controller_ref
 from ferry.kube.rest import STRATEGIC, Rest, message_of, path, status_of
 from ferry.kube.timestamps import now
 from ferry.kube.workqueue import WorkQueue
@@ -30,7 +31,6 @@ from vnode.translate import (
     Bridge,
     compute_ephemeral,
     compute_pod,
-    controller_ref,
     gang_of,
     metadata_patch,
     refusal,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 from ferry.keys import POD_GROUP_LABEL, PREFIX, SCHEDULER_NAME, TASK_LABEL, UPSTREAM_CONTROLLER_LABEL
+from ferry.kube.owners import controller_ref
 from vnode import naming
 from vnode.podsecurity import PodSecurity, violation
 
@@ -574,11 +575,6 @@ def metadata_patch(pod: Obj, copied: Obj) -> Obj | None:
     if keys != (cmeta.get("annotations") or {}).get(FOLLOWED_ANNOTATION):
         patch.setdefault("annotations", {})[FOLLOWED_ANNOTATION] = keys
     return {"metadata": patch} if patch else None
-
-
-def controller_ref(pod: Obj) -> Obj | None:
-    """The owner reference of the pod's controller (a Job, a ReplicaSet, an operator's job), if any."""
-    return next((o for o in pod["metadata"].get("ownerReferences") or [] if o.get("controller")), None)
 
 
 def compute_pod(pod: Obj, b: Bridge, slice_index: int | None = None) -> Obj:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ferry.keys import UPSTREAM_CONTROLLER_LABEL
+from ferry.kube.owners import controller_ref
 
 Obj = dict[str, Any]
 KEEP_S = 3600.0  # a note not taken by then is dropped (the controller made no next pod: its job was deleted)
@@ -42,8 +43,7 @@ def controller_of(pod: Obj) -> tuple[str, str] | None:
     """(namespace, UID of the pod's controller): the tenant controller a vnode's copy names, else the pod's own
     controller in the compute cluster."""
     meta = pod["metadata"]
-    uid = (meta.get("labels") or {}).get(UPSTREAM_CONTROLLER_LABEL) or next(
-        (o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
+    uid = (meta.get("labels") or {}).get(UPSTREAM_CONTROLLER_LABEL) or (controller_ref(pod) or {}).get("uid")
     return (meta["namespace"], str(uid)) if uid else None
 
 

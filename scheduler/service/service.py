@@ -393,11 +393,12 @@ class SchedulerService:
                 kept: Obj | None = None  # what the PodGroup keeps of an evicted job for its next run
                 if isinstance(d, Evict):
                     metrics.EVICTIONS.inc()
-                    kept = evicted_status(d.attained_gpu_s, time.time(), d.moved_at)
+                    now = time.time()
+                    kept = evicted_status(d.attained_gpu_s, now, d.moved_at)
                     if snap.group_of.get(d.job) is None and (victim := snap.cluster.jobs.get(d.job)) is not None:
                         # no PodGroup keeps it: the next pod its controller makes takes it (runs.py)
                         self.mirror.runs.evicted(snap.pods_of.get(d.job, {}).values(), EarlierRun(
-                            victim.submit_time, d.attained_gpu_s, time.time(), d.moved_at), time.time())
+                            victim.submit_time, d.attained_gpu_s, now, d.moved_at), now)
                 else:
                     only = {(t, i) for t, i, _ in d.replicas}
                 eviction = asyncio.ensure_future(self._evict(snap, d.job, only, d.reason, kept))

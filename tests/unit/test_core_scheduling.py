@@ -13,6 +13,7 @@ from scheduler.core.model import (
     HOSTNAME_KEY,
     Apart,
     Avoid,
+    Cluster,
     Gather,
     Job,
     JobPhase,
@@ -787,6 +788,16 @@ def _together(job: Job, task: int = 0, *, together: tuple[Together, ...] = (Toge
     return _with_terms(job, task, together=frozenset(together), marks=frozenset(marks), gather=frozenset(gather))
 
 
+def _half_filled(*zones: str) -> tuple[Cluster, Scheduler]:
+    """Zoned 8-GPU nodes of which the first, n1, runs a 4-GPU filler: binpacking starts the next job beside it."""
+    c = cluster(_zoned(*zones))
+    s = scheduler(c)
+    s.submit(gang("filler", "default", 1, 4))
+    s.cycle(0)
+    assert c.jobs["filler"].replicas[0].node == "n1"
+    return c, s
+
+
 def test_a_gang_whose_replicas_keep_together_runs_in_the_tightest_zone_that_holds_it_all() -> None:
     # zone a has 8 GPUs, b 16, c 24: binpacking alone would start on a's node and spill into another zone
     c = cluster(_zoned("a", "b", "b", "c", "c", "c"))
@@ -820,11 +831,7 @@ def test_workers_that_keep_to_their_master_follow_it_into_its_zone() -> None:
 def test_a_gang_of_several_groups_that_each_keep_together_tries_each_group_in_its_own_zones() -> None:
     # Kueue podsets each required in one zone: "big" fits only zone b; "small" (2 x 4 GPUs) fits zone c whole,
     # while binpacking alone would start it beside the filler in zone a, where its second pod cannot follow
-    c = cluster(_zoned("a", "b", "b", "c"))
-    s = scheduler(c)
-    s.submit(gang("filler", "default", 1, 4))
-    s.cycle(0)
-    assert c.jobs["filler"].replicas[0].node == "n1"
+    c, s = _half_filled("a", "b", "b", "c")
     job = Job("podsets", "default", [Task("big", 2, Request(cpu_milli=1000, gpus=8)),
                                       Task("small", 2, Request(cpu_milli=1000, gpus=4))], submit_time=1)
     _together(job, 0, together=(Together("big", "zone"),), marks=("big",))
@@ -858,11 +865,7 @@ def test_slices_that_each_keep_to_one_host_inside_their_podsets_zone_are_each_tr
     # a Kueue podset required in one zone and cut into slices of two 4-GPU pods each required on one host: zone a
     # holds it (n2, n3 whole; n1 half taken), zone b does not. Placing it in one pass started the second slice
     # beside the filler on n1, where its second pod cannot follow, and the gang waited though it fit
-    c = cluster(_zoned("a", "a", "a", "b"))
-    s = scheduler(c)
-    s.submit(gang("filler", "default", 1, 4))
-    s.cycle(0)
-    assert c.jobs["filler"].replicas[0].node == "n1"
+    c, s = _half_filled("a", "a", "a", "b")
     job = Job("sliced", "default", [Task("s0", 2, Request(cpu_milli=1000, gpus=4)),
                                     Task("s1", 2, Request(cpu_milli=1000, gpus=4))], submit_time=1)
     for i in (0, 1):
