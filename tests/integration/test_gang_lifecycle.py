@@ -221,7 +221,10 @@ async def test_a_preempted_bare_jobs_next_pod_goes_before_a_pod_that_arrived_whi
             "spec": {"backoffLimit": 0, "template": template, "podFailurePolicy": {
                 "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}}})
         (first,) = await eventually(lambda: running_pods(tcore, tenant_ns, 1), timeout=60, what="the Job's pod Running")
-        started = first.metadata.creation_timestamp.timestamp()
+        # the scheduler dates a job by its compute copy's creation (whole seconds; the copy may come a moment after
+        # the tenant pod under load): "later" must be made in a later second than the copy, or the two tie
+        (first_copy,) = await compute_copies(compute_api, tenant_ns)
+        started = max(first.metadata.creation_timestamp.timestamp(), first_copy.metadata.creation_timestamp.timestamp())
 
         async def a_second_later() -> bool:  # creation times have whole seconds
             return datetime.now(UTC).timestamp() >= started + 1.0
