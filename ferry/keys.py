@@ -16,6 +16,7 @@ GPU_MILLI_ANNOTATION = PREFIX + "gpu-milli"
 DEVICES_ANNOTATION = PREFIX + "gpu-devices"
 WILL_EVICT_AT = PREFIX + "will-evict-at"  # RFC 3339: the job is evicted then unless the notice is cancelled
 WILL_EVICT_BY = PREFIX + "will-evict-by"
+EARLIER_RUN_ANNOTATION = PREFIX + "earlier-run"  # on a bare job's pod: the evicted run it continues (JSON)
 WILL_EVICT_CONDITION = PREFIX + "WillEvict"
 TOPOLOGY_ANNOTATION = PREFIX + "gpu-topology"
 MODEL_LABEL = PREFIX + "gpu-model"

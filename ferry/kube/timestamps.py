@@ -15,3 +15,8 @@ def rfc3339(t: float) -> str:
 def now() -> str:
     """The timestamp of now."""
     return rfc3339(time.time())
+
+
+def unix(text: str) -> float:
+    """The Unix time of a timestamp (RFC 3339, as the API server and :func:`rfc3339` write them)."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()

@@ -9,20 +9,26 @@ an evicted job's next run with its arrival and its history, so the published fig
 
 Here the service notes, when it evicts a pod that a controller owns, what the job had, under that
 controller's UID (the vnode labels a copy with its tenant controller's, ``UPSTREAM_CONTROLLER_LABEL``);
-the controller's next pod in the namespace takes the oldest note. Notes live in the scheduler's memory:
-the next pod comes within the victim's grace and its controller's back-off, and a scheduler that restarts
-in between (or a note not taken within ``KEEP_S``) makes that pod a new job, as before.
+the controller's next pod in the namespace takes the oldest note, and keeps it on itself
+(``EARLIER_RUN_ANNOTATION``, which the service writes), as a gang's PodGroup status keeps its history: a
+scheduler that restarts or changes leader while that pod waits or runs reads the run back from the pod.
+A note not yet taken lives in the scheduler's memory only: the next pod comes within the victim's grace
+and its controller's back-off, and a restart in between (or a note not taken within ``KEEP_S``) makes that
+pod a new job, as before.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ferry.keys import UPSTREAM_CONTROLLER_LABEL
+from ferry.keys import EARLIER_RUN_ANNOTATION, UPSTREAM_CONTROLLER_LABEL
 from ferry.kube.owners import controller_ref
+from ferry.kube.timestamps import rfc3339, unix
 
 Obj = dict[str, Any]
 KEEP_S = 3600.0  # a note not taken by then is dropped (the controller made no next pod: its job was deleted)
@@ -37,6 +43,29 @@ class EarlierRun:
     attained_gpu_s: float
     stopped_at: float
     moved_at: float | None = None
+
+    def annotation(self) -> str:
+        """The run as its next pod keeps it (the field names of a PodGroup's status, plus the arrival)."""
+        kept: dict[str, Any] = {"arrivalTime": rfc3339(self.submit_time),
+                                "attainedGpuSeconds": math.floor(self.attained_gpu_s * 1000) / 1000,
+                                "lastEvictionTime": rfc3339(self.stopped_at)}
+        if self.moved_at is not None:
+            kept["lastMoveTime"] = rfc3339(self.moved_at)
+        return json.dumps(kept, sort_keys=True)
+
+    @classmethod
+    def of_pod(cls, pod: Obj) -> EarlierRun | None:
+        """The run a pod keeps (:meth:`annotation`), or None: none, or not one the scheduler wrote."""
+        text = (pod["metadata"].get("annotations") or {}).get(EARLIER_RUN_ANNOTATION)
+        if not text:
+            return None
+        try:
+            kept = json.loads(text)
+            moved = kept.get("lastMoveTime")
+            return cls(unix(kept["arrivalTime"]), float(kept["attainedGpuSeconds"]), unix(kept["lastEvictionTime"]),
+                       unix(moved) if moved else None)
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return None
 
 
 def controller_of(pod: Obj) -> tuple[str, str] | None:
@@ -57,6 +86,7 @@ class EarlierRuns:
         # re-derived before it is gone must not take its own note, and a job's arrival must not change under
         # it. By the pod's UID too: a pod made again under the same name (a StatefulSet's) is the next pod.
         self._decided: dict[str, tuple[str, EarlierRun | None]] = {}
+        self._to_keep: list[tuple[Obj, EarlierRun]] = []  # notes taken, for the service to write on their pods
 
     def evicted(self, pods: Iterable[Obj], run: EarlierRun, now: float) -> None:
         """The service evicts these pods of one job: each pod a controller owns leaves a note for its next one."""
@@ -72,16 +102,24 @@ class EarlierRuns:
         uid = str(pod["metadata"].get("uid", ""))
         if (decided := self._decided.get(job)) is not None and decided[0] == uid:
             return decided[1]
-        found: EarlierRun | None = None
-        if (key := controller_of(pod)) is not None and (notes := self._notes.get(key)):
+        found = EarlierRun.of_pod(pod)  # taken before, perhaps by another scheduler
+        if found is None and (key := controller_of(pod)) is not None and (notes := self._notes.get(key)):
             while notes and found is None:
                 until, run = notes.popleft()
                 self._count -= 1
                 found = run if until >= now else None  # one not taken in time: dropped
             if not notes:
                 del self._notes[key]
+            if found is not None:
+                self._to_keep.append((pod, found))
         self._decided[job] = (uid, found)
         return found
+
+    def taken(self) -> list[tuple[Obj, EarlierRun]]:
+        """The notes taken since the last call, each with the pod that took it: the service writes each on
+        its pod (:meth:`EarlierRun.annotation`)."""
+        out, self._to_keep = self._to_keep, []
+        return out
 
     def forget(self, job: str) -> None:
         """Job ``job`` is gone (ended, or evicted and gone: its note is already made)."""

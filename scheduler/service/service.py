@@ -28,7 +28,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from ferry.aio import wait_event
 from ferry.fairshare import FairLimiter
-from ferry.keys import DEVICES_ANNOTATION, SCHEDULER_NAME, WILL_EVICT_AT, WILL_EVICT_BY
+from ferry.keys import DEVICES_ANNOTATION, EARLIER_RUN_ANNOTATION, SCHEDULER_NAME, WILL_EVICT_AT, WILL_EVICT_BY
 from ferry.kube import timestamps
 from ferry.kube.events import event_body, event_name
 from ferry.kube.informer import Informer, Obj, key_of
@@ -257,7 +257,7 @@ class SchedulerService:
         metrics.CYCLE_SECONDS.observe(time.monotonic() - t0)
         self.cycles += 1
         await self._apply(snap, result, t0)
-        holds = self._sync_holds(sched, snap)
+        holds = [*self._sync_holds(sched, snap), *self._keep_earlier_runs()]
         if holds:
             await asyncio.gather(*holds)
         now_m = time.monotonic()
@@ -265,6 +265,23 @@ class SchedulerService:
             self._reported_at = now_m
             await self._report_queues(sched, snap)
         return result
+
+    def _keep_earlier_runs(self) -> list[Awaitable[Any]]:
+        """Each pod that took an evicted run's note (runs.py) keeps it, so that a scheduler that restarts or
+        changes leader while the pod waits or runs reads it back. Written off the cycle's path once (a
+        failed write leaves that pod a new job to a later scheduler, as before); returns what the caller
+        awaits itself (outside the running service)."""
+        writes: list[Awaitable[Any]] = []
+        for pod, run in self.mirror.runs.taken():
+            meta = pod["metadata"]
+            ns = meta["namespace"]
+            body = {"metadata": {"uid": meta["uid"], "annotations": {EARLIER_RUN_ANNOTATION: run.annotation()}}}
+            write = self._guard("earlier run", self.core_api.patch_namespaced_pod(meta["name"], ns, body), ns)
+            if self._binder is not None:
+                self._binder.create_task(_logged("earlier run", write))
+            else:
+                writes.append(write)
+        return writes
 
     def _sync_holds(self, sched: Scheduler, snap: Snapshot) -> list[Awaitable[Any]]:
         """Level-triggered: each PodGroup's status keeps the model's holds and loans as they are now

@@ -12,7 +12,6 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
 from ferry.keys import (
@@ -32,7 +31,7 @@ from ferry.keys import (
 )
 from ferry.kube import quantity
 from ferry.kube.labels import label_selector_selects, with_label_keys
-from ferry.kube.timestamps import rfc3339
+from ferry.kube.timestamps import rfc3339, unix
 from scheduler.core import hierarchy
 from scheduler.core.model import (
     GPU_MILLI,
@@ -781,4 +780,4 @@ def dependencies(namespace: str, value: Any) -> tuple[Dependency, ...]:
 def _ts(text: str) -> float:
     if not text:
         return 0.0
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    return unix(text)

@@ -3,6 +3,7 @@ terminal with counts on both sides when the job ends, one identity per incarnati
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -12,7 +13,7 @@ from kubernetes_asyncio import client
 
 from ferry.cluster.process import Component
 from ferry.demo import objects
-from ferry.keys import UPSTREAM_CONTROLLER_LABEL
+from ferry.keys import EARLIER_RUN_ANNOTATION, UPSTREAM_CONTROLLER_LABEL
 from tests.helpers import (
     compute_copies,
     eventually,
@@ -249,6 +250,13 @@ async def test_a_preempted_bare_jobs_next_pod_goes_before_a_pod_that_arrived_whi
             copy = await eventually(copied, timeout=30, what="the next pod's compute copy")
             assert copy.metadata.labels.get(UPSTREAM_CONTROLLER_LABEL) == job.metadata.uid
             assert not copy.spec.node_name  # the node is taken
+
+            async def kept() -> str | None:  # the run it continues, kept on it for a scheduler that restarts
+                got = await ccore.read_namespaced_pod(copy.metadata.name, copy.metadata.namespace)
+                return (got.metadata.annotations or {}).get(EARLIER_RUN_ANNOTATION)
+
+            earlier = json.loads(await eventually(kept, timeout=20, what="the next pod's copy keeping the run"))
+            assert earlier["arrivalTime"] == first_copy.metadata.creation_timestamp.strftime("%Y-%m-%dT%H:%M:%SZ")
             await ccore.delete_namespaced_pod(urgent, compute_ns, grace_period_seconds=0)
 
             async def one_running() -> Any:

@@ -13,10 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes_asyncio import client
 
 from ferry.cluster.planes import ControlPlanes
 from ferry.cluster.process import Component
+from ferry.keys import EARLIER_RUN_ANNOTATION, UPSTREAM_CONTROLLER_LABEL
 from tests.helpers import eventually, kubectl, swapped
 from tests.integration.test_scheduler_service import (
     GROUP,
@@ -306,15 +308,19 @@ async def test_a_scheduler_that_starts_continues_the_usage_its_queues_recorded(
         await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
 
 
+@pytest.mark.parametrize("kept_by", ["podgroup", "pod"])
 async def test_a_restarted_scheduler_still_orders_an_evicted_long_runner_behind_a_newcomer(
         planes: ControlPlanes, ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str,
-        private_node: str, tmp_path: Path) -> None:
+        private_node: str, tmp_path: Path, kept_by: str) -> None:
     """Least attained service across a restart, end to end: a newcomer evicts a movable long runner; its
     operator makes its pod again; the scheduler restarts; when the GPUs free, a job that arrived after
     the restart (level 0) goes before the long runner's new run, whose GPU-seconds the restarted scheduler
-    read back from its PodGroup. Had it forgotten them, the long runner (the older pod) would go first."""
+    read back: from its PodGroup (a gang), or from the new pod itself (a pod of no gang, whose controller
+    made it under a new name: it took the evicted run's note and keeps it, scheduler/service/runs.py). Had
+    it forgotten them, the long runner (the older job) would go first."""
     from scheduler.core.scheduler import PRESETS
 
+    gang = kept_by == "podgroup"
     core, custom = client.CoreV1Api(compute_api), client.CustomObjectsApi(compute_api)
     await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
     conf = tmp_path / "config.yaml"
@@ -327,16 +333,23 @@ async def test_a_restarted_scheduler_still_orders_an_evicted_long_runner_behind_
                       leastAttainedService=True)
 
     async def job(name: str, movable: bool = False) -> None:
-        await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": name},
-            "spec": {"minMember": 1, "queue": queue}})
-        await make_pod(name, movable)
+        if gang:
+            await custom.create_namespaced_custom_object(GROUP, VERSION, compute_ns, "podgroups", {
+                "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": name},
+                "spec": {"minMember": 1, "queue": queue}})
+        await make_pod(f"{name}-0", name, movable)
 
-    async def make_pod(name: str, movable: bool) -> None:
-        p = pod(f"{name}-0", compute_ns, gpus=8, group=name)
+    async def make_pod(pod_name: str, job_name: str, movable: bool) -> None:
+        p = pod(pod_name, compute_ns, gpus=8, group=job_name if gang else None)
+        if not gang:  # the job's controller, as a vnode's copy names its tenant Job
+            p["metadata"]["labels"][UPSTREAM_CONTROLLER_LABEL] = f"controller-of-{job_name}"
         if movable:
             p["metadata"]["annotations"]["kubeferry.io/movable"] = "true"
         await core.create_namespaced_pod(compute_ns, p)
+
+    async def running(name: str) -> bool:
+        p = await core.read_namespaced_pod(name, compute_ns)
+        return bool(p.spec.node_name) and p.metadata.deletion_timestamp is None
 
     async def gone(name: str) -> bool:
         return not [p for p in (await core.list_namespaced_pod(compute_ns)).items if p.metadata.name == name]
@@ -344,20 +357,28 @@ async def test_a_restarted_scheduler_still_orders_an_evicted_long_runner_behind_
     try:
         with configured_scheduler(planes, ferry_scheduler, conf, f"{compute_ns}/scheduler-config") as scheduler:
             await job("long", movable=True)
-            await eventually(lambda: _running(core, compute_ns, "long", 1), timeout=30, what="the long runner")
+            await eventually(lambda: running("long-0"), timeout=30, what="the long runner")
             await job("short")
-            await eventually(lambda: _running(core, compute_ns, "short", 1), timeout=40,
+            await eventually(lambda: running("short-0"), timeout=40,
                              what="the newcomer running after evicting the long runner")
             await eventually(lambda: gone("long-0"), timeout=30, what="the long runner's pod gone")
-            await make_pod("long", movable=True)  # its operator makes it again: it waits (short holds the node)
+            again = "long-0" if gang else "long-1"  # a gang's operator names it again; a Job's pods are new names
+            await make_pod(again, "long", movable=True)  # it waits (short holds the node)
+            if not gang:
+                async def kept() -> str | None:
+                    return ((await core.read_namespaced_pod(again, compute_ns)).metadata.annotations
+                            or {}).get(EARLIER_RUN_ANNOTATION)
+
+                earlier = json.loads(await eventually(kept, timeout=20, what="the next pod keeping the run"))
+                assert earlier["attainedGpuSeconds"] >= 8, earlier
             scheduler.stop()
             scheduler.start()
             scheduler.wait_ready()
             await job("fresh")
             await core.delete_namespaced_pod("short-0", compute_ns, grace_period_seconds=0)
-            await eventually(lambda: _running(core, compute_ns, "fresh", 1), timeout=30,
+            await eventually(lambda: running("fresh-0"), timeout=30,
                              what="the job that arrived after the restart running first")
-            assert not (await core.read_namespaced_pod("long-0", compute_ns)).spec.node_name
+            assert not (await core.read_namespaced_pod(again, compute_ns)).spec.node_name
     finally:
         await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
 

@@ -325,3 +325,46 @@ def test_the_next_pod_of_an_evicted_bare_pods_controller_continues_its_job() -> 
     w.mirror.sync(5005.0 + stale.keep_s + 1, {})  # the controller made its next pod too late: a new job
     assert w.mirror.snap.cluster.jobs["a/pod/late"].submit_time == arrival + 7200  # type: ignore[union-attr]
     assert stale.notes() == 0
+
+
+def test_a_taken_note_is_kept_on_its_pod_and_a_new_scheduler_reads_it_back() -> None:
+    """The pod that takes an evicted run's note is handed to the service once, to keep the run on itself; a
+    scheduler that starts afresh (a restart, another leader: no notes in memory) reads it back from the
+    pod, to the second (timestamps are whole seconds). A note that is not the scheduler's JSON is ignored."""
+    from ferry.keys import EARLIER_RUN_ANNOTATION, UPSTREAM_CONTROLLER_LABEL
+    from scheduler.service.runs import EarlierRun
+
+    def bare(name: str, created: str) -> Obj:
+        p = pod(name)
+        p["metadata"]["creationTimestamp"] = created
+        p["metadata"]["labels"][UPSTREAM_CONTROLLER_LABEL] = "job-1"
+        return p
+
+    w = World()
+    w.put_node(node("n0"))
+    w.put_pod(bare("first", "2026-11-30T10:00:00Z"))
+    w.cycle(1.0)
+    arrival = w.mirror.snap.cluster.jobs["a/pod/first"].submit_time  # type: ignore[union-attr]
+    w.mirror.runs.evicted([w.pods["a/first"]], EarlierRun(arrival, 3600.4567, 5000.0, 4000.0), now=5000.0)
+    w.drop_pod("a/first")
+    w.put_pod(bare("next", "2026-11-30T11:00:00Z"))
+    w.cycle(5001.0)
+    (taken,) = w.mirror.runs.taken()
+    assert taken[0]["metadata"]["uid"] == "u-a-next" and w.mirror.runs.taken() == []  # handed over once
+    kept = taken[1].annotation()
+
+    restarted = World()  # the same cluster, read by a scheduler that never saw the eviction
+    restarted.put_node(node("n0"))
+    annotated = copy.deepcopy(w.pods["a/next"])
+    annotated["metadata"]["annotations"][EARLIER_RUN_ANNOTATION] = kept
+    restarted.put_pod(annotated)
+    restarted.put_pod(bare("newcomer", "2026-11-30T10:30:00Z"))
+    restarted.put_pod(bare("forged", "2026-11-30T10:40:00Z"))
+    restarted.pods["a/forged"]["metadata"]["annotations"][EARLIER_RUN_ANNOTATION] = '{"arrivalTime": 0}'
+    restarted.cycle(5002.0)
+    jobs = restarted.mirror.snap.cluster.jobs  # type: ignore[union-attr]
+    nxt = jobs["a/pod/next"]
+    assert (nxt.submit_time, nxt.attained_gpu_s, nxt.stopped_at, nxt.moved_at) == (arrival, 3600.456, 5000.0, 4000.0)
+    assert jobs["a/pod/newcomer"].submit_time == arrival + 1800
+    assert jobs["a/pod/forged"].submit_time == arrival + 2400 and jobs["a/pod/forged"].attained_gpu_s == 0.0
+    assert restarted.mirror.runs.taken() == []  # read back, not taken again

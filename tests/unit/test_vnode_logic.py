@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ferry.keys import PREFIX, UPSTREAM_CONTROLLER_LABEL
+from ferry.keys import EARLIER_RUN_ANNOTATION, PREFIX, UPSTREAM_CONTROLLER_LABEL
 from ferry.kube.workqueue import WorkQueue
 from vnode import naming, status, streams
 from vnode.app import api_endpoint
@@ -80,7 +80,10 @@ def test_a_copy_names_its_tenant_controller_so_the_scheduler_continues_its_job_a
     (scheduler/service/runs.py): the copy names the controller by the vnode's word only."""
     forged = tenant_pod()
     forged["metadata"]["labels"][UPSTREAM_CONTROLLER_LABEL] = "someone-elses-job"
-    assert UPSTREAM_CONTROLLER_LABEL not in compute_pod(forged, B)["metadata"]["labels"]
+    forged["metadata"].setdefault("annotations", {})[EARLIER_RUN_ANNOTATION] = '{"arrivalTime": "2000-01-01T00:00:00Z"}'
+    copied = compute_pod(forged, B)["metadata"]
+    assert UPSTREAM_CONTROLLER_LABEL not in copied["labels"]
+    assert EARLIER_RUN_ANNOTATION not in copied["annotations"]  # nor an earlier run to continue
     owned = tenant_pod()
     owned["metadata"]["ownerReferences"] = [{"kind": "Pod", "name": "x", "uid": "not-mine"},
                                             {"kind": "Job", "name": "train", "uid": "job-uid", "controller": True}]
