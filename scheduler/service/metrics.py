@@ -22,6 +22,8 @@ RECENT_GPU_SECONDS = Gauge("kube_ferry_queue_recent_gpu_seconds", "GPU-seconds e
 PREEMPTIONS = Counter("kube_ferry_preemption_notices_total", "Jobs told they will be evicted, by the rule that "
                       "chose them and their queue", ["rule", "queue"], registry=REGISTRY)
 EVICTIONS = Counter("kube_ferry_evictions_total", "Jobs evicted (whole jobs)", registry=REGISTRY)
+CONTINUED_RUNS = Counter("kube_ferry_continued_runs_total", "Pods of no PodGroup that continue an evicted job of "
+                         "their controller (its arrival and history: scheduler/service/runs.py)", registry=REGISTRY)
 BINDINGS = Counter("kube_ferry_bindings_total", "Pod bindings written, by result", ["result"], registry=REGISTRY)
 IS_LEADER = Gauge("kube_ferry_leader", "1 while this replica holds the scheduling lease", registry=REGISTRY)
 NODE_IMBALANCE = Gauge("kube_ferry_node_imbalance_percent",

@@ -273,6 +273,7 @@ class SchedulerService:
         awaits itself (outside the running service)."""
         writes: list[Awaitable[Any]] = []
         for pod, run in self.mirror.runs.taken():
+            metrics.CONTINUED_RUNS.inc()
             meta = pod["metadata"]
             ns = meta["namespace"]
             body = {"metadata": {"uid": meta["uid"], "annotations": {EARLIER_RUN_ANNOTATION: run.annotation()}}}

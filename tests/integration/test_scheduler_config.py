@@ -371,6 +371,7 @@ async def test_a_restarted_scheduler_still_orders_an_evicted_long_runner_behind_
 
                 earlier = json.loads(await eventually(kept, timeout=20, what="the next pod keeping the run"))
                 assert earlier["attainedGpuSeconds"] >= 8, earlier
+                assert scheduler_metric(scheduler, "kube_ferry_continued_runs_total") == 1
             scheduler.stop()
             scheduler.start()
             scheduler.wait_ready()
