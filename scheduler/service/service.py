@@ -257,9 +257,9 @@ class SchedulerService:
         metrics.CYCLE_SECONDS.observe(time.monotonic() - t0)
         self.cycles += 1
         await self._apply(snap, result, t0)
-        holds = [*self._sync_holds(sched, snap), *self._keep_earlier_runs()]
-        if holds:
-            await asyncio.gather(*holds)
+        kept = [*self._sync_holds(sched, snap), *self._keep_earlier_runs()]  # what later schedulers read back
+        if kept:
+            await asyncio.gather(*kept)
         now_m = time.monotonic()
         if now_m - self._reported_at >= QUEUE_STATUS_EVERY_S:
             self._reported_at = now_m
