@@ -31,6 +31,12 @@ from ferry.kube.owners import controller_ref
 from ferry.kube.timestamps import rfc3339, unix
 
 Obj = dict[str, Any]
+# what an evicted job keeps for its next run: a gang's PodGroup status fields, and a bare job's next pod's
+# EARLIER_RUN_ANNOTATION (with its arrival besides)
+ATTAINED_STATUS = "attainedGpuSeconds"
+EVICTED_AT_STATUS = "lastEvictionTime"
+MOVED_AT_STATUS = "lastMoveTime"
+ARRIVAL = "arrivalTime"
 KEEP_S = 3600.0  # a note not taken by then is dropped (the controller made no next pod: its job was deleted)
 MOST_NOTES = 100_000  # a bound on memory whatever happens to the notes' controllers
 
@@ -45,13 +51,9 @@ class EarlierRun:
     moved_at: float | None = None
 
     def annotation(self) -> str:
-        """The run as its next pod keeps it (the field names of a PodGroup's status, plus the arrival)."""
-        kept: dict[str, Any] = {"arrivalTime": rfc3339(self.submit_time),
-                                "attainedGpuSeconds": math.floor(self.attained_gpu_s * 1000) / 1000,
-                                "lastEvictionTime": rfc3339(self.stopped_at)}
-        if self.moved_at is not None:
-            kept["lastMoveTime"] = rfc3339(self.moved_at)
-        return json.dumps(kept, sort_keys=True)
+        """The run as its next pod keeps it (a PodGroup's status fields, plus the arrival)."""
+        return json.dumps({ARRIVAL: rfc3339(self.submit_time),
+                           **evicted_status(self.attained_gpu_s, self.stopped_at, self.moved_at)}, sort_keys=True)
 
     @classmethod
     def of_pod(cls, pod: Obj) -> EarlierRun | None:
@@ -61,11 +63,21 @@ class EarlierRun:
             return None
         try:
             kept = json.loads(text)
-            moved = kept.get("lastMoveTime")
-            return cls(unix(kept["arrivalTime"]), float(kept["attainedGpuSeconds"]), unix(kept["lastEvictionTime"]),
+            moved = kept.get(MOVED_AT_STATUS)
+            return cls(unix(kept[ARRIVAL]), float(kept[ATTAINED_STATUS]), unix(kept[EVICTED_AT_STATUS]),
                        unix(moved) if moved else None)
         except (ValueError, TypeError, KeyError, AttributeError):
             return None
+
+
+def evicted_status(attained_gpu_s: float, at: float, moved_at: float | None = None) -> Obj:
+    """What a PodGroup's status keeps of an evicted gang for its next run (read back by snapshot's
+    ``build``): the GPU-seconds it received (rounded down, so that a live model's own figure stays the
+    larger), when, and when it was last told to move."""
+    kept: Obj = {ATTAINED_STATUS: math.floor(attained_gpu_s * 1000) / 1000, EVICTED_AT_STATUS: rfc3339(at)}
+    if moved_at is not None:
+        kept[MOVED_AT_STATUS] = rfc3339(moved_at)
+    return kept
 
 
 def controller_of(pod: Obj) -> tuple[str, str] | None:

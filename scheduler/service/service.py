@@ -40,7 +40,7 @@ from scheduler.core.scheduler import CYCLE_PERIOD_S, Scheduler, SchedulerConfig
 from scheduler.service import metrics
 from scheduler.service.accounting import Accountant
 from scheduler.service.mirror import Mirror
-from scheduler.service.runs import EarlierRun
+from scheduler.service.runs import EarlierRun, evicted_status
 from scheduler.service.settings import SettingsFile
 from scheduler.service.snapshot import (
     HELD_NODES_STATUS,
@@ -48,7 +48,6 @@ from scheduler.service.snapshot import (
     RECENT_USAGE_STATUS,
     GangCounts,
     Snapshot,
-    evicted_status,
     held_status,
     namespace_conflicts,
     queue_problems,

@@ -8,7 +8,6 @@ PodGroup, queues from Queue objects, and the resources that pods of other schedu
 from __future__ import annotations
 
 import json
-import math
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -59,15 +58,17 @@ from scheduler.core.model import (
     Tier,
     Together,
 )
-from scheduler.service.runs import EarlierRun, EarlierRuns
+from scheduler.service.runs import (
+    ATTAINED_STATUS,
+    EVICTED_AT_STATUS,
+    MOVED_AT_STATUS,
+    EarlierRun,
+    EarlierRuns,
+)
 
 DEFAULT_QUEUE = "default"
-# PodGroup status fields the service writes at an eviction and reads back when it builds its model
-ATTAINED_STATUS = "attainedGpuSeconds"
-EVICTED_AT_STATUS = "lastEvictionTime"
-MOVED_AT_STATUS = "lastMoveTime"
-# ... and that it keeps while they hold: the nodes held for a waiting gang (reserve), the holders a gang runs on
-# loan from (lend-holds)
+# PodGroup status fields the service keeps at an eviction are runs.py's (evicted_status); those it keeps while
+# they hold: the nodes held for a waiting gang (reserve), the holders a gang runs on loan from (lend-holds)
 HELD_NODES_STATUS = "heldNodes"
 ON_LOAN_STATUS = "onLoanFrom"
 # the Queue status field that keeps fair-over-time's usage for a scheduler built after a restart
@@ -747,16 +748,6 @@ def held_status(job: Job | None) -> Obj:
     if job is None or job.phase.terminal:
         return {HELD_NODES_STATUS: None, ON_LOAN_STATUS: None}
     return {HELD_NODES_STATUS: list(job.reserved_nodes) or None, ON_LOAN_STATUS: list(job.on_loan_from) or None}
-
-
-def evicted_status(attained_gpu_s: float, at: float, moved_at: float | None = None) -> Obj:
-    """What a PodGroup's status keeps of an evicted gang for its next run (read back by :func:`build`): the
-    GPU-seconds it received (rounded down, so that a live model's own figure stays the larger), when, and
-    when it was last told to move."""
-    kept: Obj = {ATTAINED_STATUS: math.floor(attained_gpu_s * 1000) / 1000, EVICTED_AT_STATUS: rfc3339(at)}
-    if moved_at is not None:
-        kept[MOVED_AT_STATUS] = rfc3339(moved_at)
-    return kept
 
 
 def group_phase(group: Obj | None) -> JobPhase | None:

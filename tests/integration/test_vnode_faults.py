@@ -56,9 +56,10 @@ async def bridge_state(tenant: client.ApiClient, compute: client.ApiClient, ns: 
                 (by_uid.get(p["metadata"]["uid"]) or {}).get("status", {}).get("phase"))
                for p in tpods if p.get("status", {}).get("phase") != "Running"]
     marked = {"forwarded": sum(1 for p in tpods if any(
-        c.get("type") == FORWARDED and c.get("status") == "True" for c in p.get("status", {}).get("conditions") or []))}
+        c.get("type") == FORWARDED and c.get("status") == "True" for c in p.get("status", {}).get("conditions") or [])
+    )} if forwarded else {}
     return {
-        **(marked if forwarded else {}),
+        **marked,
         LAGGING: lagging[:3],
         "tenant": len(tpods),
         "running": phases["Running"],

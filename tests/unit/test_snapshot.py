@@ -7,12 +7,12 @@ from functools import partial
 from typing import Any
 
 from scheduler.core.model import NodeRequirement, ReplicaPhase, SelectorOp
+from scheduler.service.runs import evicted_status
 from scheduler.service.service import namespace_condition
 from scheduler.service.snapshot import (
     ShapeCache,
     build,
     build_queue,
-    evicted_status,
     held_status,
     namespace_conflicts,
     namespace_queues,
