@@ -182,8 +182,13 @@ async def test_a_preempted_batch_job_is_made_again_by_the_job_controller_and_com
             said = await eventually(on_job, timeout=30, what="the Preempted Event on the Job")
             assert "makes it again" in said[0].message, said
             new_uids = {p.metadata.uid for p in new}
-            copies = [c for c in await compute_copies(compute_api, tenant_ns)
-                      if c.metadata.labels.get(naming.UPSTREAM_UID_LABEL) in new_uids]
+
+            async def copies_of_new() -> list[Any] | None:  # the vnode copies the new pods on its own time
+                made = [c for c in await compute_copies(compute_api, tenant_ns)
+                        if c.metadata.labels.get(naming.UPSTREAM_UID_LABEL) in new_uids]
+                return made if len(made) == 2 else None
+
+            copies = await eventually(copies_of_new, timeout=30, what="both new pods copied")
             assert not any(c.spec.node_name for c in copies), \
                 [(c.metadata.name, c.spec.node_name) for c in copies]  # the gang waits whole
             job_uid = (await batch.read_namespaced_job("train", tenant_ns)).metadata.uid
