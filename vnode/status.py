@@ -7,11 +7,10 @@ never that it should be created again. A terminal tenant phase is final.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from ferry.keys import PREFIX, WILL_EVICT_CONDITION
-from ferry.kube.timestamps import now
+from ferry.kube.timestamps import now, unix
 
 Obj = dict[str, Any]
 FORWARDED = PREFIX + "Forwarded"
@@ -26,7 +25,7 @@ MIRRORED_FIELDS = ("phase", "podIP", "podIPs", "startTime", "reason", "message",
 
 def epoch(stamp: str | None) -> float:
     """An API timestamp in seconds since the epoch (none: the epoch itself, older than anything)."""
-    return datetime.fromisoformat((stamp or "1970-01-01T00:00:00Z").replace("Z", "+00:00")).timestamp()
+    return unix(stamp) if stamp else 0.0
 
 
 def conditions(status: Obj) -> dict[str, Obj]:
