@@ -36,6 +36,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                                "while running; overrides the flags above")
     p.add_argument("--config-object", default="kube-ferry-system/kube-ferry-scheduler",
                    help="NAMESPACE/NAME of the ConfigMap holding --config: a refused file is an Event on it")
+    p.add_argument("--runs-object", default="kube-ferry-system/kube-ferry-scheduler-runs",
+                   help="NAMESPACE/NAME of the ConfigMap where the leader keeps what evicted jobs without a PodGroup "
+                        "continue, for their next pods ('': in memory only)")
     p.add_argument("--webhook-port", type=int, default=0,
                    help="serve the Queue admission webhook (HTTPS) on this port; 0: do not")
     p.add_argument("--webhook-address", default="0.0.0.0")
@@ -55,6 +58,9 @@ def run(args: argparse.Namespace) -> int:
     flog.configure(args.log_level, json=True)
     if args.kubeconfig is not None and not args.kubeconfig.exists():
         print(f"ferry: error: kubeconfig {args.kubeconfig} does not exist", file=sys.stderr)
+        return 1
+    if args.runs_object and not all(args.runs_object.partition("/")[::2]):
+        print("ferry: error: --runs-object needs NAMESPACE/NAME (or '' for none)", file=sys.stderr)
         return 1
     if args.webhook_port and (not _hosts(args) or not all(args.webhook_secret.partition("/")[::2])):
         print("ferry: error: --webhook-port needs --webhook-hosts (at least one name) and --webhook-secret "
@@ -89,8 +95,10 @@ async def _main(args: argparse.Namespace) -> None:
     start = settings.load()  # a bad file at start is an exit with its reason (run() prints it)
     ns, _, name = args.config_object.partition("/")
     api = await api_client(args.kubeconfig)
+    runs_ns, _, runs_name = args.runs_object.partition("/")
     service = SchedulerService(api, ServiceConfig(period_s=start.period_s, core=start.core, settings=settings,
-                                                  config_object=(ns, name)))
+                                                  config_object=(ns, name),
+                                                  runs_object=(runs_ns, runs_name) if runs_name else None))
     elector: LeaderElector | None = None
     if args.leader_elect:
         service.leading.clear()
@@ -118,6 +126,9 @@ async def _main(args: argparse.Namespace) -> None:
                 tg.create_task(_serve_webhook(api, args))
 
     async def cleanup() -> None:
+        with contextlib.suppress(Exception):  # notes of the last second, while this replica still leads; briefly:
+            async with asyncio.timeout(0.5):  # the Lease's release is what a standby waits on
+                await service.save_runs()
         if elector is not None:
             await elector.release()  # a standby takes over now, not when the lease runs out
         with contextlib.suppress(Exception):

@@ -24,6 +24,9 @@ PREEMPTIONS = Counter("kube_ferry_preemption_notices_total", "Jobs told they wil
 EVICTIONS = Counter("kube_ferry_evictions_total", "Jobs evicted (whole jobs)", registry=REGISTRY)
 CONTINUED_RUNS = Counter("kube_ferry_continued_runs_total", "Pods of no PodGroup that continue an evicted job of "
                          "their controller (its arrival and history: scheduler/service/runs.py)", registry=REGISTRY)
+RUNS_SAVED = Gauge("kube_ferry_earlier_runs_saved", "Notes of evicted jobs of no PodGroup not yet taken by their "
+                   "controller's next pod, as the leader last saved them (scheduler/service/runs.py)",
+                   registry=REGISTRY)
 BINDINGS = Counter("kube_ferry_bindings_total", "Pod bindings written, by result", ["result"], registry=REGISTRY)
 IS_LEADER = Gauge("kube_ferry_leader", "1 while this replica holds the scheduling lease", registry=REGISTRY)
 NODE_IMBALANCE = Gauge("kube_ferry_node_imbalance_percent",

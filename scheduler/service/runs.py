@@ -12,9 +12,10 @@ controller's UID (the vnode labels a copy with its tenant controller's, ``UPSTRE
 the controller's next pod in the namespace takes the oldest note, and keeps it on itself
 (``EARLIER_RUN_ANNOTATION``, which the service writes), as a gang's PodGroup status keeps its history: a
 scheduler that restarts or changes leader while that pod waits or runs reads the run back from the pod.
-A note not yet taken lives in the scheduler's memory only: the next pod comes within the victim's grace
-and its controller's back-off, and a restart in between (or a note not taken within ``KEEP_S``) makes that
-pod a new job, as before.
+A note not yet taken is kept too, by the leader, in one ConfigMap of the scheduler's namespace
+(:meth:`EarlierRuns.saved`; a leader that starts or takes over restores it before its first cycle,
+:meth:`EarlierRuns.restore`), so a restart or a change of leader in the seconds before the controller makes
+its next pod loses nothing. A note not taken within ``KEEP_S`` is dropped: that pod is a new job.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ MOVED_AT_STATUS = "lastMoveTime"
 ARRIVAL = "arrivalTime"
 KEEP_S = 3600.0  # a note not taken by then is dropped (the controller made no next pod: its job was deleted)
 MOST_NOTES = 100_000  # a bound on memory whatever happens to the notes' controllers
+SAVED_BYTES = 900_000  # what the saved notes may take of a ConfigMap (1 MiB): the newest first, ~4,000 notes
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,10 +52,24 @@ class EarlierRun:
     stopped_at: float
     moved_at: float | None = None
 
+    def fields(self) -> Obj:
+        """The run as it is kept (a PodGroup's status fields, plus the arrival)."""
+        return {ARRIVAL: rfc3339(self.submit_time),
+                **evicted_status(self.attained_gpu_s, self.stopped_at, self.moved_at)}
+
     def annotation(self) -> str:
-        """The run as its next pod keeps it (a PodGroup's status fields, plus the arrival)."""
-        return json.dumps({ARRIVAL: rfc3339(self.submit_time),
-                           **evicted_status(self.attained_gpu_s, self.stopped_at, self.moved_at)}, sort_keys=True)
+        """The run as its next pod keeps it (:meth:`fields`)."""
+        return json.dumps(self.fields(), sort_keys=True)
+
+    @classmethod
+    def of_fields(cls, kept: Any) -> EarlierRun | None:
+        """The run :meth:`fields` wrote, or None: not what the scheduler writes."""
+        try:
+            moved = kept.get(MOVED_AT_STATUS)
+            return cls(unix(kept[ARRIVAL]), float(kept[ATTAINED_STATUS]), unix(kept[EVICTED_AT_STATUS]),
+                       unix(moved) if moved else None)
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return None
 
     @classmethod
     def of_pod(cls, pod: Obj) -> EarlierRun | None:
@@ -62,11 +78,8 @@ class EarlierRun:
         if not text:
             return None
         try:
-            kept = json.loads(text)
-            moved = kept.get(MOVED_AT_STATUS)
-            return cls(unix(kept[ARRIVAL]), float(kept[ATTAINED_STATUS]), unix(kept[EVICTED_AT_STATUS]),
-                       unix(moved) if moved else None)
-        except (ValueError, TypeError, KeyError, AttributeError):
+            return cls.of_fields(json.loads(text))
+        except ValueError:
             return None
 
 
@@ -99,6 +112,7 @@ class EarlierRuns:
         # it. By the pod's UID too: a pod made again under the same name (a StatefulSet's) is the next pod.
         self._decided: dict[str, tuple[str, EarlierRun | None]] = {}
         self._to_keep: list[tuple[Obj, EarlierRun]] = []  # notes taken, for the service to write on their pods
+        self.generation = 0  # counts changes to the notes not taken, so the service saves them when they change
 
     def evicted(self, pods: Iterable[Obj], run: EarlierRun, now: float) -> None:
         """The service evicts these pods of one job: each pod a controller owns leaves a note for its next one."""
@@ -108,6 +122,7 @@ class EarlierRuns:
                 continue
             self._notes.setdefault(key, deque()).append((now + self.keep_s, run))
             self._count += 1
+            self.generation += 1
 
     def of(self, job: str, pod: Obj, now: float) -> EarlierRun | None:
         """The earlier run bare job ``job`` (its pod ``pod``) continues, if any."""
@@ -119,6 +134,7 @@ class EarlierRuns:
             while notes and found is None:
                 until, run = notes.popleft()
                 self._count -= 1
+                self.generation += 1
                 found = run if until >= now else None  # one not taken in time: dropped
             if not notes:
                 del self._notes[key]
@@ -144,3 +160,46 @@ class EarlierRuns:
     def notes(self) -> int:
         """Notes not taken yet (for tests and metrics)."""
         return self._count
+
+    def saved(self, now: float, most_bytes: int = SAVED_BYTES) -> str:
+        """The notes not taken and not expired, as JSON (``{"namespace/controller UID": [[until, run], ...]}``),
+        the newest first up to ``most_bytes``: what a leader hands its successor."""
+        newest = sorted(((until, key, run) for key, notes in self._notes.items() for until, run in notes
+                         if until >= now), key=lambda n: -n[0])
+        out: dict[str, list[list[Any]]] = {}
+        size = 2
+        for until, (ns, uid), run in newest:
+            entry = [rfc3339(until), run.fields()]
+            size += len(json.dumps(entry)) + len(ns) + len(uid) + 8
+            if size > most_bytes:
+                break
+            out.setdefault(f"{ns}/{uid}", []).append(entry)
+        for entries in out.values():
+            entries.reverse()  # oldest first, as they are taken
+        return json.dumps(out, sort_keys=True)
+
+    def restore(self, text: str, pods: Iterable[Obj], now: float) -> int:
+        """Replace the notes not taken with those ``text`` (:meth:`saved`) keeps, less the expired ones and
+        those a pod already keeps (taken, then saved again before the old leader could write it). Returns
+        how many there are; a text that is not :meth:`saved`'s restores none (and says so: ValueError)."""
+        kept = json.loads(text)
+        if not isinstance(kept, dict):
+            raise ValueError("not a map of notes")
+        taken = {(key, run) for pod in pods if (key := controller_of(pod)) is not None
+                 and (run := EarlierRun.of_pod(pod)) is not None}
+        notes: dict[tuple[str, str], deque[tuple[float, EarlierRun]]] = {}
+        count = 0
+        for name, entries in kept.items():
+            ns, _, uid = str(name).partition("/")
+            for entry in entries if isinstance(entries, list) else []:
+                try:
+                    until, run = unix(entry[0]), EarlierRun.of_fields(entry[1])
+                except (ValueError, TypeError, IndexError, KeyError):
+                    continue
+                if run is None or until < now or ((ns, uid), run) in taken or count >= self.most:
+                    continue
+                notes.setdefault((ns, uid), deque()).append((until, run))
+                count += 1
+        self._notes, self._count = notes, count
+        self.generation += 1
+        return count

@@ -32,7 +32,7 @@ from ferry.keys import DEVICES_ANNOTATION, EARLIER_RUN_ANNOTATION, SCHEDULER_NAM
 from ferry.kube import timestamps
 from ferry.kube.events import event_body, event_name
 from ferry.kube.informer import Informer, Obj, key_of
-from ferry.kube.rest import Rest, path
+from ferry.kube.rest import Rest, message_of, path, status_of
 from scheduler.core.balance import node_imbalance
 from scheduler.core.decisions import Bind, CancelEviction, CycleResult, Evict, JobStatus, NotifyWillEvict, Shrink
 from scheduler.core.model import Queue, ReplicaPhase
@@ -76,6 +76,11 @@ EXPLANATION_WRITERS = 8
 # every IDLE_PERIODS periods).
 QUEUE_STATUS_EVERY_S = 1.0
 USAGE_RECORD_EVERY_S = 60.0  # a Queue's recorded usage changes every cycle but matters over hours
+# The notes of evicted bare jobs not yet taken (runs.py) are saved at most this often, and a leader tries this
+# many cycles to read its predecessor's before it schedules without them.
+SAVE_RUNS_EVERY_S = 1.0
+RESTORE_RUNS_TRIES = 3
+RUNS_KEY = "notes.json"
 _NUMBER = re.compile(r"\d+(\.\d+)?")
 SELECTED_NODE = "volume.kubernetes.io/selected-node"  # where a WaitForFirstConsumer claim is to be provisioned
 log = structlog.get_logger("ferry.scheduler")
@@ -90,6 +95,8 @@ class ServiceConfig:
     core: SchedulerConfig = field(default_factory=lambda: SchedulerConfig.preset("ferry").without_actions("grow"))
     settings: SettingsFile | None = None  # re-read before every cycle; replaces core and period_s
     config_object: tuple[str, str] = ("kube-ferry-system", "kube-ferry-scheduler")  # the ConfigMap Events name
+    # where the leader keeps the notes of evicted bare jobs not yet taken (runs.py); None: in memory only
+    runs_object: tuple[str, str] | None = ("kube-ferry-system", "kube-ferry-scheduler-runs")
 
 
 class SchedulerService:
@@ -129,6 +136,9 @@ class SchedulerService:
         self._holding: set[str] = set()  # jobs whose PodGroup status keeps (or kept) a hold or a loan
         self._holds_model: Scheduler | None = None  # the model _holding was last checked against
         self.cycles = 0
+        self._runs_restored, self._runs_tries = False, 0  # this leader read its predecessor's notes (or gave up)
+        self._runs_saved = -1  # the notes' generation last saved
+        self._runs_dirty = asyncio.Event()
         self._binder: asyncio.TaskGroup | None = None  # where bindings run while the service runs
         self.leading = asyncio.Event()
         self.leading.set()
@@ -185,12 +195,14 @@ class SchedulerService:
             log.info("caches synced", nodes=len(self.nodes.store), pods=len(self.pods.store))
             tg.create_task(self._loop())
             tg.create_task(self.accountant.run(self.leading))
+            tg.create_task(self._save_runs())
 
     async def _loop(self) -> None:
         quiet_since = 0.0  # when a cycle last decided nothing (0: the last one decided something)
         while True:
             if not self.leading.is_set():
                 self.mirror.invalidate()  # another replica decides meanwhile: build afresh when leading again
+                self._runs_restored, self._runs_tries = False, 0  # and its notes are the ones to go on with
                 await self.leading.wait()
             woken = await wait_event(self.wake, self.config.period_s)
             self.wake.clear()
@@ -201,9 +213,13 @@ class SchedulerService:
             # holds), which a cycle every few periods sees in time.
             if not woken and quiet_since and time.monotonic() - quiet_since < IDLE_PERIODS * self.config.period_s:
                 continue
+            if not self._runs_restored:
+                await self._restore_runs()
             try:
                 result = await self.cycle_once()
                 quiet_since = 0.0 if result.decisions else time.monotonic()
+                if self._runs_restored and self.mirror.runs.generation != self._runs_saved:
+                    self._runs_dirty.set()
             except Exception:  # one bad cycle must not stop scheduling; the next starts afresh
                 log.exception("scheduling cycle failed")
                 self.mirror.invalidate()
@@ -226,6 +242,78 @@ class SchedulerService:
             ns, name = self.config.config_object
             await self._event({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}},
                               "Warning", "InvalidConfiguration", error)
+
+    async def _restore_runs(self) -> None:
+        """Before a leader's first cycle: the notes of evicted bare jobs its predecessor saved (runs.py).
+        Cycles do not wait on a failed read (a next pod seen before the notes are read is a new job), and
+        none is saved before they are read, so that the predecessor's are not overwritten; after
+        RESTORE_RUNS_TRIES failed reads this leader saves its own."""
+        if self.config.runs_object is None:
+            self._runs_restored = True
+            return
+        ns, name = self.config.runs_object
+        self._runs_tries += 1
+        try:
+            saved = await self.rest.get_or_none(path("", "v1", "configmaps", ns, name))
+        except Exception as exc:
+            given_up = self._runs_tries >= RESTORE_RUNS_TRIES
+            log.warning("earlier runs not read" + (", saving this leader's own" if given_up else ", will retry"),
+                        object=f"{ns}/{name}", status=status_of(exc), error=message_of(exc)[:200])
+            self._runs_restored = given_up
+            return
+        self._runs_restored = True
+        text = ((saved or {}).get("data") or {}).get(RUNS_KEY)
+        if not text:
+            return
+        try:
+            notes = self.mirror.runs.restore(text, self.pods.store.values(), time.time())
+        except ValueError as exc:
+            log.error("earlier runs not restored: not what the scheduler saves", object=f"{ns}/{name}",
+                      error=str(exc)[:200])
+            return
+        log.info("earlier runs restored", object=f"{ns}/{name}", notes=notes)
+
+    async def _save_runs(self) -> None:
+        """The leader keeps the notes not taken in a ConfigMap whenever they change, at most once every
+        SAVE_RUNS_EVERY_S: what a scheduler that restarts, or the next leader, restores."""
+        if self.config.runs_object is None:
+            return
+        while True:
+            await self._runs_dirty.wait()
+            self._runs_dirty.clear()
+            if not await self.save_runs():
+                self._runs_dirty.set()
+            await asyncio.sleep(SAVE_RUNS_EVERY_S)
+
+    async def save_runs(self) -> bool:
+        """Save the notes not taken if they changed since the last save and this replica leads (and has
+        read its predecessor's); also called once on a clean stop, before the Lease is released. False: the
+        write failed (logged), to be tried again."""
+        runs = self.mirror.runs
+        if (self.config.runs_object is None or not (self.leading.is_set() and self._runs_restored)
+                or runs.generation == self._runs_saved):
+            return True
+        ns, name = self.config.runs_object
+        url = path("", "v1", "configmaps", ns)
+        generation = runs.generation
+        body = {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": ns,
+                             "annotations": {"kubeferry.io/what": "evicted bare jobs' runs, for their next pods"}},
+                "data": {RUNS_KEY: runs.saved(time.time())}}
+        try:
+            try:
+                await self.rest.put(f"{url}/{name}", body)
+            except Exception as exc:
+                if status_of(exc) != 404:
+                    raise
+                await self.rest.create(url, body)
+        except Exception as exc:
+            log.warning("earlier runs not saved", object=f"{ns}/{name}", status=status_of(exc),
+                        error=message_of(exc)[:200])
+            return False
+        self._runs_saved = generation
+        metrics.RUNS_SAVED.set(runs.notes())
+        return True
 
     def _expire_assumed(self) -> None:
         """Forget bindings the cache now shows, or that never showed within a minute (the model re-derives

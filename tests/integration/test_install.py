@@ -207,6 +207,8 @@ async def _status(kubeconfig: Path, method: str, url: str, body: dict[str, Any] 
     ("scheduler", "PUT", "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/someone-else"),
     ("scheduler", "GET", "/api/v1/namespaces/kube-ferry-system/secrets"),
     ("scheduler", "PUT", "/api/v1/namespaces/kube-ferry-system/secrets/kube-ferry-webhook-tls"),
+    ("scheduler", "PUT", "/api/v1/namespaces/kube-ferry-system/configmaps/kube-ferry-scheduler"),  # its own notes only
+    ("scheduler", "DELETE", "/api/v1/namespaces/kube-ferry-system/configmaps/kube-ferry-scheduler-runs"),
     ("scheduler", "PUT", "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/someone-else"),
     ("scheduler", "POST", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"),
     ("vnode-compute", "GET", "/api/v1/namespaces/tenant-2/pods"),

@@ -308,7 +308,7 @@ async def test_a_scheduler_that_starts_continues_the_usage_its_queues_recorded(
         await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
 
 
-@pytest.mark.parametrize("kept_by", ["podgroup", "pod"])
+@pytest.mark.parametrize("kept_by", ["podgroup", "pod", "note"])
 async def test_a_restarted_scheduler_still_orders_an_evicted_long_runner_behind_a_newcomer(
         planes: ControlPlanes, ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str,
         private_node: str, tmp_path: Path, kept_by: str) -> None:
@@ -316,8 +316,10 @@ async def test_a_restarted_scheduler_still_orders_an_evicted_long_runner_behind_
     operator makes its pod again; the scheduler restarts; when the GPUs free, a job that arrived after
     the restart (level 0) goes before the long runner's new run, whose GPU-seconds the restarted scheduler
     read back: from its PodGroup (a gang), or from the new pod itself (a pod of no gang, whose controller
-    made it under a new name: it took the evicted run's note and keeps it, scheduler/service/runs.py). Had
-    it forgotten them, the long runner (the older job) would go first."""
+    made it under a new name: it took the evicted run's note and keeps it, scheduler/service/runs.py), or,
+    when the scheduler restarts before the controller makes that pod, from the note the scheduler saved in
+    its ConfigMap, which the new pod then takes. Had it forgotten them, the long runner (the older job)
+    would go first."""
     from scheduler.core.scheduler import PRESETS
 
     gang = kept_by == "podgroup"
@@ -363,6 +365,16 @@ async def test_a_restarted_scheduler_still_orders_an_evicted_long_runner_behind_
                              what="the newcomer running after evicting the long runner")
             await eventually(lambda: gone("long-0"), timeout=30, what="the long runner's pod gone")
             again = "long-0" if gang else "long-1"  # a gang's operator names it again; a Job's pods are new names
+            if kept_by == "note":  # restarted before the controller makes its next pod: the note was saved
+                async def saved() -> bool:
+                    cm = await core.read_namespaced_config_map("kube-ferry-scheduler-runs", "kube-ferry-system")
+                    return f"{compute_ns}/controller-of-long" in json.loads(cm.data["notes.json"])
+
+                await eventually(saved, timeout=20, what="the note saved in the scheduler's ConfigMap")
+                assert (scheduler_metric(scheduler, "kube_ferry_earlier_runs_saved") or 0) >= 1
+                scheduler.stop()
+                scheduler.start()
+                scheduler.wait_ready()
             await make_pod(again, "long", movable=True)  # it waits (short holds the node)
             if not gang:
                 async def kept() -> str | None:
@@ -372,9 +384,10 @@ async def test_a_restarted_scheduler_still_orders_an_evicted_long_runner_behind_
                 earlier = json.loads(await eventually(kept, timeout=20, what="the next pod keeping the run"))
                 assert earlier["attainedGpuSeconds"] >= 8, earlier
                 assert scheduler_metric(scheduler, "kube_ferry_continued_runs_total") == 1
-            scheduler.stop()
-            scheduler.start()
-            scheduler.wait_ready()
+            if kept_by != "note":
+                scheduler.stop()
+                scheduler.start()
+                scheduler.wait_ready()
             await job("fresh")
             await core.delete_namespaced_pod("short-0", compute_ns, grace_period_seconds=0)
             await eventually(lambda: running("fresh-0"), timeout=30,

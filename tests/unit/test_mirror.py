@@ -368,3 +368,45 @@ def test_a_taken_note_is_kept_on_its_pod_and_a_new_scheduler_reads_it_back() -> 
     assert jobs["a/pod/newcomer"].submit_time == arrival + 1800
     assert jobs["a/pod/forged"].submit_time == arrival + 2400 and jobs["a/pod/forged"].attained_gpu_s == 0.0
     assert restarted.mirror.runs.taken() == []  # read back, not taken again
+
+
+def test_notes_not_yet_taken_are_saved_and_a_new_leader_restores_them_less_the_expired_and_the_taken() -> None:
+    """What a leader hands its successor (service.py saves it in a ConfigMap): the notes no next pod has taken.
+    The successor restores them (to the second), drops the expired ones and those a pod already keeps (taken,
+    its annotation written, the save not yet), and its next pod takes the note. Within a byte bound the newest
+    notes are saved first; a text that is not the scheduler's is refused."""
+    import json
+
+    import pytest
+
+    from ferry.keys import EARLIER_RUN_ANNOTATION, UPSTREAM_CONTROLLER_LABEL
+    from scheduler.service.runs import EarlierRun, EarlierRuns
+
+    def bare(name: str, controller: str) -> Obj:
+        p = pod(name)
+        p["metadata"]["labels"][UPSTREAM_CONTROLLER_LABEL] = controller
+        return p
+
+    old = EarlierRuns(keep_s=100.0)
+    runs = {c: EarlierRun(1000.0 + i, 10.5 + i, 2000.0 + i) for i, c in enumerate(("job-1", "job-2", "job-3"))}
+    old.evicted([bare("j1", "job-1")], runs["job-1"], now=2000.0)  # kept until 2,100
+    old.evicted([bare("j2", "job-2")], runs["job-2"], now=2050.0)  # until 2,150
+    old.evicted([bare("j3", "job-3")], runs["job-3"], now=2060.0)  # until 2,160: taken, its annotation written
+    before = old.generation
+    text = old.saved(now=2060.0)
+    assert old.generation == before  # saving changes nothing
+    assert set(json.loads(text)) == {"a/job-1", "a/job-2", "a/job-3"}
+
+    taker = bare("j3-next", "job-3")
+    taker["metadata"]["annotations"][EARLIER_RUN_ANNOTATION] = runs["job-3"].annotation()
+    new = EarlierRuns(keep_s=100.0)
+    assert new.restore(text, [taker], now=2120.0) == 1  # job-1's expired at 2,100; job-3's is kept by its pod
+    assert new.of("a/pod/j2-next", bare("j2-next", "job-2"), now=2120.0) == runs["job-2"]
+    assert new.of("a/pod/j1-next", bare("j1-next", "job-1"), now=2120.0) is None and new.notes() == 0
+
+    small = json.loads(old.saved(now=2060.0, most_bytes=300))  # room for one: the newest
+    assert list(small) == ["a/job-3"], small
+    with pytest.raises(ValueError, match="not a map of notes"):
+        new.restore("[1, 2]", [], now=0.0)
+    with pytest.raises(json.JSONDecodeError):
+        new.restore("not json", [], now=0.0)
