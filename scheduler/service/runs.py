@@ -124,6 +124,21 @@ class EarlierRuns:
             self._count += 1
             self.generation += 1
 
+    def withdraw(self, pods: Iterable[Obj], run: EarlierRun) -> None:
+        """The eviction that left ``run``'s notes for these pods was refused (a disruption budget): the job runs
+        on, and its controller's next pod (after an ordinary end) is not its continuation."""
+        for pod in pods:
+            key = controller_of(pod)
+            notes = self._notes.get(key) if key is not None else None
+            found = next((n for n in reversed(notes) if n[1] == run), None) if notes else None
+            if notes is None or found is None:
+                continue
+            notes.remove(found)
+            self._count -= 1
+            self.generation += 1
+            if not notes and key is not None:
+                del self._notes[key]
+
     def of(self, job: str, pod: Obj, now: float) -> EarlierRun | None:
         """The earlier run bare job ``job`` (its pod ``pod``) continues, if any."""
         uid = str(pod["metadata"].get("uid", ""))

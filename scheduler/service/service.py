@@ -76,8 +76,8 @@ EXPLANATION_WRITERS = 8
 # every IDLE_PERIODS periods).
 QUEUE_STATUS_EVERY_S = 1.0
 USAGE_RECORD_EVERY_S = 60.0  # a Queue's recorded usage changes every cycle but matters over hours
-# The notes of evicted bare jobs not yet taken (runs.py) are saved at most this often, and a leader tries this
-# many cycles to read its predecessor's before it schedules without them.
+# The notes of evicted bare jobs not yet taken (runs.py) are saved at most this often; a leader reads its
+# predecessor's at up to this many cycles (which do not wait for it) before it saves its own over them.
 SAVE_RUNS_EVERY_S = 1.0
 RESTORE_RUNS_TRIES = 3
 RUNS_KEY = "notes.json"
@@ -496,17 +496,21 @@ class SchedulerService:
             if isinstance(d, Evict | Shrink):
                 only: set[tuple[str, int]] | None = None
                 kept: Obj | None = None  # what the PodGroup keeps of an evicted job for its next run
+                noted: EarlierRun | None = None
                 if isinstance(d, Evict):
                     metrics.EVICTIONS.inc()
                     now = time.time()
                     kept = evicted_status(d.attained_gpu_s, now, d.moved_at)
                     if snap.group_of.get(d.job) is None and (victim := snap.cluster.jobs.get(d.job)) is not None:
                         # no PodGroup keeps it: the next pod its controller makes takes it (runs.py)
-                        self.mirror.runs.evicted(snap.pods_of.get(d.job, {}).values(), EarlierRun(
-                            victim.submit_time, d.attained_gpu_s, now, d.moved_at), now)
+                        noted = EarlierRun(victim.submit_time, d.attained_gpu_s, now, d.moved_at)
+                        self.mirror.runs.evicted(snap.pods_of.get(d.job, {}).values(), noted, now)
                 else:
                     only = {(t, i) for t, i, _ in d.replicas}
                 eviction = asyncio.ensure_future(self._evict(snap, d.job, only, d.reason, kept))
+                if noted is not None:
+                    victims = list(snap.pods_of.get(d.job, {}).values())
+                    eviction.add_done_callback(partial(self._withdraw_if_refused, victims, noted))
                 writes.append(eviction)
                 for _, _, node in d.replicas:
                     draining.setdefault(node, []).append(eviction)
@@ -720,6 +724,16 @@ class SchedulerService:
             writes.append(self._event(pod, "Normal", "EvictionCancelled", d.reason))
         writes.append(self._job_status(snap, d.job, "Running", "Evicting", "False", "EvictionCancelled", d.reason))
         await asyncio.gather(*writes)
+
+    def _withdraw_if_refused(self, pods: list[Obj], run: EarlierRun, eviction: asyncio.Future[bool]) -> None:
+        """An eviction refused while its pod runs on (a disruption budget) leaves no note for a later pod."""
+        if eviction.cancelled() or eviction.exception() is not None or eviction.result():
+            return
+        store = self.pods.store
+        running_on = [p for p in pods if (live := store.get(key_of(p))) is not None
+                      and live["metadata"].get("uid") == p["metadata"].get("uid")
+                      and not live["metadata"].get("deletionTimestamp")]
+        self.mirror.runs.withdraw(running_on, run)
 
     async def _evict(self, snap: Snapshot, job: str, only: set[tuple[str, int]] | None, reason: str,
                      kept: Obj | None) -> bool:

@@ -374,7 +374,8 @@ def test_notes_not_yet_taken_are_saved_and_a_new_leader_restores_them_less_the_e
     """What a leader hands its successor (service.py saves it in a ConfigMap): the notes no next pod has taken.
     The successor restores them (to the second), drops the expired ones and those a pod already keeps (taken,
     its annotation written, the save not yet), and its next pod takes the note. Within a byte bound the newest
-    notes are saved first; a text that is not the scheduler's is refused."""
+    notes are saved first; a text that is not the scheduler's is refused. A note whose eviction was refused is
+    withdrawn, not another."""
     import json
 
     import pytest
@@ -406,6 +407,15 @@ def test_notes_not_yet_taken_are_saved_and_a_new_leader_restores_them_less_the_e
 
     small = json.loads(old.saved(now=2060.0, most_bytes=300))  # room for one: the newest
     assert list(small) == ["a/job-3"], small
+    refused = EarlierRun(1500.0, 1.0, 2070.0)  # an eviction a disruption budget refused: the job runs on
+    new.evicted([bare("j4", "job-4")], runs["job-2"], now=2070.0)  # an earlier eviction's note, not taken
+    new.evicted([bare("j4", "job-4")], refused, now=2070.0)
+    before = new.generation
+    new.withdraw([bare("j4", "job-4")], refused)
+    assert new.generation > before and new.notes() == 1
+    assert new.of("a/pod/j4-next", bare("j4-next", "job-4"), now=2070.0) == runs["job-2"]  # the refused one is gone
+    new.withdraw([bare("j4", "job-4")], refused)  # nothing left to withdraw: no change
+    assert new.notes() == 0
     with pytest.raises(ValueError, match="not a map of notes"):
         new.restore("[1, 2]", [], now=0.0)
     with pytest.raises(json.JSONDecodeError):
