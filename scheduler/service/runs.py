@@ -124,9 +124,11 @@ class EarlierRuns:
             self._count += 1
             self.generation += 1
 
-    def withdraw(self, pods: Iterable[Obj], run: EarlierRun) -> None:
+    def withdraw(self, pods: Iterable[Obj], run: EarlierRun) -> int:
         """The eviction that left ``run``'s notes for these pods was refused (a disruption budget): the job runs
-        on, and its controller's next pod (after an ordinary end) is not its continuation."""
+        on, and its controller's next pod (after an ordinary end) is not its continuation. Returns how many
+        notes were withdrawn."""
+        withdrawn = 0
         for pod in pods:
             key = controller_of(pod)
             notes = self._notes.get(key) if key is not None else None
@@ -136,8 +138,10 @@ class EarlierRuns:
             notes.remove(found)
             self._count -= 1
             self.generation += 1
+            withdrawn += 1
             if not notes and key is not None:
                 del self._notes[key]
+        return withdrawn
 
     def of(self, job: str, pod: Obj, now: float) -> EarlierRun | None:
         """The earlier run bare job ``job`` (its pod ``pod``) continues, if any."""

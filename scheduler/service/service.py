@@ -733,7 +733,8 @@ class SchedulerService:
         running_on = [p for p in pods if (live := store.get(key_of(p))) is not None
                       and live["metadata"].get("uid") == p["metadata"].get("uid")
                       and not live["metadata"].get("deletionTimestamp")]
-        self.mirror.runs.withdraw(running_on, run)
+        if self.mirror.runs.withdraw(running_on, run):
+            log.info("eviction refused, its note withdrawn", pods=[key_of(p) for p in running_on])
 
     async def _evict(self, snap: Snapshot, job: str, only: set[tuple[str, int]] | None, reason: str,
                      kept: Obj | None) -> bool:

@@ -397,6 +397,62 @@ async def test_a_restarted_scheduler_still_orders_an_evicted_long_runner_behind_
         await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
 
 
+async def test_an_eviction_a_disruption_budget_refuses_leaves_no_note_for_a_later_pod(
+        planes: ControlPlanes, ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str,
+        private_node: str, tmp_path: Path) -> None:
+    """A movable long runner of no PodGroup that a PodDisruptionBudget protects is chosen as a newcomer's victim;
+    the API server refuses its eviction and it runs on. The note the eviction left for the job's next pod is
+    withdrawn (scheduler/service/runs.py), so the notes the scheduler saves hold none for its controller: a
+    next pod after an ordinary end would otherwise be taken for a continuation of a run never stopped."""
+    from scheduler.core.scheduler import PRESETS
+
+    core, custom = client.CoreV1Api(compute_api), client.CustomObjectsApi(compute_api)
+    policy = client.PolicyV1Api(compute_api)
+    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
+    conf = tmp_path / "config.yaml"
+    conf.write_text(f"plugins: [{', '.join((*PRESETS['ferry']['plugins'], 'las'))}]\n"
+                    "lasThresholdsGpuSeconds: [1]\nlasPromoteKnob: 1000\nminRuntimeSeconds: 0\n"
+                    "victimCooldownSeconds: 0\n")
+    queue = f"pdb-{compute_ns}"
+    await _make_queue(custom, queue, compute_ns, victimGraceSeconds=1, preemptorDelaySeconds=0,
+                      leastAttainedService=True)
+    controller = f"controller-of-guarded-{compute_ns}"
+    long_runner = pod("guarded-0", compute_ns, gpus=8)
+    long_runner["metadata"]["labels"] |= {UPSTREAM_CONTROLLER_LABEL: controller, "app": "guarded"}
+    long_runner["metadata"]["annotations"]["kubeferry.io/movable"] = "true"
+    await policy.create_namespaced_pod_disruption_budget(compute_ns, {
+        "metadata": {"name": "guarded"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}})
+
+    def withdrawn(scheduler: Component) -> list[dict[str, Any]]:
+        return [ln for ln in _log_lines(scheduler, "eviction refused, its note withdrawn")
+                if f"{compute_ns}/guarded-0" in ln["pods"]]
+
+    async def bound() -> bool:
+        p = await core.read_namespaced_pod("guarded-0", compute_ns)
+        return bool(p.spec.node_name)
+
+    async def none_saved() -> bool:  # the notes the scheduler saved hold none for the guarded job's controller
+        cm = await core.read_namespaced_config_map("kube-ferry-scheduler-runs", "kube-ferry-system")
+        return f"{compute_ns}/{controller}" not in json.loads((cm.data or {}).get("notes.json") or "{}")
+
+    try:
+        with configured_scheduler(planes, ferry_scheduler, conf, f"{compute_ns}/scheduler-config") as scheduler:
+            await core.create_namespaced_pod(compute_ns, long_runner)
+            await eventually(bound, timeout=30, what="the long runner")
+            await core.create_namespaced_pod(compute_ns, pod("newcomer-0", compute_ns, gpus=8))
+            await eventually(lambda: withdrawn(scheduler), timeout=40,
+                             what="its eviction refused and its note withdrawn")
+            refused = [ln for ln in scheduler.spec.log.read_text().splitlines()
+                       if '"what": "evict"' in ln and '"status": 429' in ln]
+            assert refused, "the API server refused the eviction (the disruption budget)"
+            await core.delete_namespaced_pod("newcomer-0", compute_ns, grace_period_seconds=0)  # no more tries
+            await eventually(none_saved, timeout=20, what="no note saved for the guarded job")
+            live = await core.read_namespaced_pod("guarded-0", compute_ns)
+            assert live.metadata.deletion_timestamp is None and live.spec.node_name  # it ran on
+    finally:
+        await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
+
+
 async def test_drain_holds_moves_a_movable_job_off_the_node_held_for_a_passed_over_gang(
         planes: ControlPlanes, ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str,
         private_node: str, tmp_path: Path) -> None:

@@ -411,10 +411,10 @@ def test_notes_not_yet_taken_are_saved_and_a_new_leader_restores_them_less_the_e
     new.evicted([bare("j4", "job-4")], runs["job-2"], now=2070.0)  # an earlier eviction's note, not taken
     new.evicted([bare("j4", "job-4")], refused, now=2070.0)
     before = new.generation
-    new.withdraw([bare("j4", "job-4")], refused)
+    assert new.withdraw([bare("j4", "job-4")], refused) == 1
     assert new.generation > before and new.notes() == 1
     assert new.of("a/pod/j4-next", bare("j4-next", "job-4"), now=2070.0) == runs["job-2"]  # the refused one is gone
-    new.withdraw([bare("j4", "job-4")], refused)  # nothing left to withdraw: no change
+    assert new.withdraw([bare("j4", "job-4")], refused) == 0  # nothing left to withdraw
     assert new.notes() == 0
     with pytest.raises(ValueError, match="not a map of notes"):
         new.restore("[1, 2]", [], now=0.0)
