@@ -308,6 +308,22 @@ async def test_a_scheduler_that_starts_continues_the_usage_its_queues_recorded(
         await custom.delete_cluster_custom_object(GROUP, VERSION, "queues", queue)
 
 
+async def _least_attained_first(core: client.CoreV1Api, custom: client.CustomObjectsApi, ns: str, tmp_path: Path,
+                                queue: str, grace_s: int) -> tuple[Path, str]:
+    """A scheduler configuration with least attained service at one level per GPU-second (8 GPUs cross it at
+    once; no promotion, protection or cooldown within a test) and a queue of it for ``ns``."""
+    from scheduler.core.scheduler import PRESETS
+
+    await eventually(lambda: _sa(core, ns), timeout=30, what="default ServiceAccount")
+    conf = tmp_path / "config.yaml"
+    conf.write_text(f"plugins: [{', '.join((*PRESETS['ferry']['plugins'], 'las'))}]\n"
+                    "lasThresholdsGpuSeconds: [1]\nlasPromoteKnob: 1000\nminRuntimeSeconds: 0\n"
+                    "victimCooldownSeconds: 0\n")
+    await _make_queue(custom, queue, ns, victimGraceSeconds=grace_s, preemptorDelaySeconds=0,
+                      leastAttainedService=True)
+    return conf, queue
+
+
 @pytest.mark.parametrize("kept_by", ["podgroup", "pod", "note"])
 async def test_a_restarted_scheduler_still_orders_an_evicted_long_runner_behind_a_newcomer(
         planes: ControlPlanes, ferry_scheduler: Component, compute_api: client.ApiClient, compute_ns: str,
@@ -320,19 +336,10 @@ async def test_a_restarted_scheduler_still_orders_an_evicted_long_runner_behind_
     when the scheduler restarts before the controller makes that pod, from the note the scheduler saved in
     its ConfigMap, which the new pod then takes. Had it forgotten them, the long runner (the older job)
     would go first."""
-    from scheduler.core.scheduler import PRESETS
 
     gang = kept_by == "podgroup"
     core, custom = client.CoreV1Api(compute_api), client.CustomObjectsApi(compute_api)
-    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
-    conf = tmp_path / "config.yaml"
-    # one level per GPU-second (8 GPUs cross it at once); no promotion, protection or cooldown within the test
-    conf.write_text(f"plugins: [{', '.join((*PRESETS['ferry']['plugins'], 'las'))}]\n"
-                    "lasThresholdsGpuSeconds: [1]\nlasPromoteKnob: 1000\nminRuntimeSeconds: 0\n"
-                    "victimCooldownSeconds: 0\n")
-    queue = f"las-{compute_ns}"
-    await _make_queue(custom, queue, compute_ns, victimGraceSeconds=2, preemptorDelaySeconds=0,
-                      leastAttainedService=True)
+    conf, queue = await _least_attained_first(core, custom, compute_ns, tmp_path, f"las-{compute_ns}", grace_s=2)
 
     async def job(name: str, movable: bool = False) -> None:
         if gang:
@@ -404,18 +411,10 @@ async def test_an_eviction_a_disruption_budget_refuses_leaves_no_note_for_a_late
     the API server refuses its eviction and it runs on. The note the eviction left for the job's next pod is
     withdrawn (scheduler/service/runs.py), so the notes the scheduler saves hold none for its controller: a
     next pod after an ordinary end would otherwise be taken for a continuation of a run never stopped."""
-    from scheduler.core.scheduler import PRESETS
 
     core, custom = client.CoreV1Api(compute_api), client.CustomObjectsApi(compute_api)
     policy = client.PolicyV1Api(compute_api)
-    await eventually(lambda: _sa(core, compute_ns), timeout=30, what="default ServiceAccount")
-    conf = tmp_path / "config.yaml"
-    conf.write_text(f"plugins: [{', '.join((*PRESETS['ferry']['plugins'], 'las'))}]\n"
-                    "lasThresholdsGpuSeconds: [1]\nlasPromoteKnob: 1000\nminRuntimeSeconds: 0\n"
-                    "victimCooldownSeconds: 0\n")
-    queue = f"pdb-{compute_ns}"
-    await _make_queue(custom, queue, compute_ns, victimGraceSeconds=1, preemptorDelaySeconds=0,
-                      leastAttainedService=True)
+    conf, queue = await _least_attained_first(core, custom, compute_ns, tmp_path, f"pdb-{compute_ns}", grace_s=1)
     controller = f"controller-of-guarded-{compute_ns}"
     long_runner = pod("guarded-0", compute_ns, gpus=8)
     long_runner["metadata"]["labels"] |= {UPSTREAM_CONTROLLER_LABEL: controller, "app": "guarded"}
